@@ -1,0 +1,130 @@
+"""The slice of Kubernetes core objects the scheduler reads: Pod, Node, Namespace, PriorityClass.
+
+These are read-mostly views over objects that carry much more (volumes,
+probes, images ...); unknown fields are accepted and kept, so a dump from
+`kubectl get -o yaml` loads unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from kai_ray.api._base import Condition, KubeModel, ObjectMeta, ResourceList
+
+
+class ResourceRequirements(KubeModel):
+    requests: ResourceList = Field(default_factory=dict)
+    limits: ResourceList = Field(default_factory=dict)
+
+
+class Container(KubeModel):
+    name: str = ""
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    restart_policy: str | None = None
+    """Only set on init containers; `Always` makes one a native sidecar."""
+
+
+class NodeSelectorRequirement(KubeModel):
+    key: str
+    operator: str
+    values: list[str] = Field(default_factory=list)
+
+
+class NodeSelectorTerm(KubeModel):
+    match_expressions: list[NodeSelectorRequirement] = Field(default_factory=list)
+    match_fields: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+
+class NodeSelector(KubeModel):
+    node_selector_terms: list[NodeSelectorTerm] = Field(default_factory=list)
+
+
+class NodeAffinity(KubeModel):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+
+
+class Affinity(KubeModel):
+    node_affinity: NodeAffinity | None = None
+
+
+class Toleration(KubeModel):
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
+
+
+class SchedulingGate(KubeModel):
+    name: str
+
+
+class PodSpec(KubeModel):
+    scheduler_name: str = "default-scheduler"
+    node_name: str = ""
+    priority_class_name: str = ""
+    containers: list[Container] = Field(default_factory=list)
+    init_containers: list[Container] = Field(default_factory=list)
+    overhead: ResourceList = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    affinity: Affinity | None = None
+    tolerations: list[Toleration] = Field(default_factory=list)
+    scheduling_gates: list[SchedulingGate] = Field(default_factory=list)
+
+
+class PodStatus(KubeModel):
+    phase: str = "Pending"
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class Pod(KubeModel):
+    api_version: Literal["v1"] = "v1"
+    kind: Literal["Pod"] = "Pod"
+    metadata: ObjectMeta
+    spec: PodSpec = Field(default_factory=PodSpec)
+    status: PodStatus = Field(default_factory=PodStatus)
+
+
+class Taint(KubeModel):
+    key: str
+    value: str = ""
+    effect: str
+
+
+class NodeSpec(KubeModel):
+    taints: list[Taint] = Field(default_factory=list)
+    unschedulable: bool = False
+
+
+class NodeStatus(KubeModel):
+    capacity: ResourceList = Field(default_factory=dict)
+    allocatable: ResourceList = Field(default_factory=dict)
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class Node(KubeModel):
+    api_version: Literal["v1"] = "v1"
+    kind: Literal["Node"] = "Node"
+    metadata: ObjectMeta
+    spec: NodeSpec = Field(default_factory=NodeSpec)
+    status: NodeStatus = Field(default_factory=NodeStatus)
+
+
+class Namespace(KubeModel):
+    api_version: Literal["v1"] = "v1"
+    kind: Literal["Namespace"] = "Namespace"
+    metadata: ObjectMeta
+
+
+class PriorityClass(KubeModel):
+    """Unlike most objects, `value` and `globalDefault` sit at the top level, not in a spec."""
+
+    api_version: Literal["scheduling.k8s.io/v1"] = "scheduling.k8s.io/v1"
+    kind: Literal["PriorityClass"] = "PriorityClass"
+    metadata: ObjectMeta
+    value: int
+    global_default: bool = False
+    preemption_policy: str | None = None
+    description: str = ""

@@ -1,0 +1,218 @@
+"""Load KAI-style manifests (files or directories of YAML) into the API models.
+
+Loading never stops at the first mistake: every YAML error, unknown kind,
+mistyped field and duplicate becomes a `ManifestProblem` and only the object
+concerned is dropped. A user fixing a directory of manifests sees all of its
+problems in one run, each on one line that names file, object and field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from pydantic import ValidationError
+
+from kai_ray.api._errors import describe_errors, suggest
+from kai_ray.api._yaml import YamlSyntaxError, parse_documents
+from kai_ray.api.bindrequest import BindRequest
+from kai_ray.api.constants import DEFAULT_NAMESPACE
+from kai_ray.api.core import Namespace, Node, Pod, PriorityClass
+from kai_ray.api.podgroup import PodGroup
+from kai_ray.api.queue import Queue
+from kai_ray.api.topology import Topology
+
+ApiObject = Queue | PodGroup | BindRequest | Topology | Pod | Node | Namespace | PriorityClass
+ObjectT = TypeVar("ObjectT", bound=ApiObject)
+
+_MODELS: dict[str, type[ApiObject]] = {
+    model.model_fields["kind"].default: model
+    for model in (Queue, PodGroup, BindRequest, Topology, Pod, Node, Namespace, PriorityClass)
+}
+_NAMESPACED = frozenset({"Pod", "PodGroup", "BindRequest"})
+_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class ManifestProblem:
+    """One thing wrong with the manifests, precise enough to fix without searching."""
+
+    file: str
+    kind: str = ""
+    namespace: str = ""
+    name: str = ""
+    field: str = ""
+    message: str = ""
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        parts = [where, self._object(), self.field, self.message]
+        return ": ".join(part for part in parts if part)
+
+    def _object(self) -> str:
+        if not self.kind or not self.name:
+            return self.kind
+        return "/".join(part for part in (self.kind, self.namespace, self.name) if part)
+
+
+@dataclass(frozen=True)
+class Manifest(Generic[ObjectT]):
+    """A loaded object with where it came from; `position` is its order of appearance."""
+
+    file: str
+    line: int
+    position: int
+    obj: ObjectT
+
+    def problem(self, field: str, message: str) -> ManifestProblem:
+        """A problem about this object, for checks made after loading."""
+        meta = self.obj.metadata
+        return ManifestProblem(self.file, self.obj.kind, meta.namespace or "", meta.name, field, message)
+
+
+@dataclass
+class ManifestSet:
+    manifests: list[Manifest[ApiObject]] = field(default_factory=list)
+    problems: list[ManifestProblem] = field(default_factory=list)
+
+    def of_type(self, cls: type[ObjectT]) -> list[Manifest[ObjectT]]:
+        """The loaded objects of one model class, in order of appearance."""
+        found: list[Manifest[ObjectT]] = []
+        for item in self.manifests:
+            if isinstance(item.obj, cls):
+                found.append(Manifest(item.file, item.line, item.position, item.obj))
+        return found
+
+
+def load_manifests(path: str | Path) -> ManifestSet:
+    """Load one YAML file, or every *.yaml / *.yml below a directory in sorted path order."""
+    loader = _Loader()
+    root = Path(path)
+    if not root.exists():
+        loader.result.problems.append(ManifestProblem(str(root), message="no such file or directory"))
+    for file in _manifest_files(root):
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            loader.result.problems.append(ManifestProblem(str(file), message=f"cannot read: {error}"))
+            continue
+        loader.load_text(text, str(file))
+    return loader.result
+
+
+def load_manifest_text(text: str, file: str = "<string>") -> ManifestSet:
+    """Load manifests from a string; `file` is the name problems will carry."""
+    loader = _Loader()
+    loader.load_text(text, file)
+    return loader.result
+
+
+def _manifest_files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        return []
+    found = (p for p in root.rglob("*") if p.suffix in _SUFFIXES and p.is_file())
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+_Key = tuple[str, str, str]
+_ProblemAt = Callable[[str, str], ManifestProblem]
+
+
+class _Loader:
+    """Accumulates objects and problems over many files, remembering keys to catch duplicates."""
+
+    def __init__(self) -> None:
+        self.result = ManifestSet()
+        self._seen: dict[_Key, Manifest[ApiObject]] = {}
+
+    def load_text(self, text: str, file: str) -> None:
+        for document in parse_documents(text):
+            if isinstance(document, YamlSyntaxError):
+                problem = ManifestProblem(file, message=document.message, line=document.line)
+                self.result.problems.append(problem)
+                continue
+            for data in _items(document.data):
+                self._load_object(data, file, document.line)
+
+    def _load_object(self, data: Any, file: str, line: int) -> None:
+        if not isinstance(data, dict):
+            message = f"expected a Kubernetes object (a mapping), got {type(data).__name__}"
+            self.result.problems.append(ManifestProblem(file, message=message, line=line))
+            return
+        kind, namespace, name = _identity(data)
+
+        def problem(field: str, message: str) -> ManifestProblem:
+            return ManifestProblem(file, kind, namespace, name, field, message)
+
+        obj = _validate(data, kind, problem, self.result.problems)
+        if obj is None:
+            return
+        first = self._seen.get(_key(obj))
+        if first is not None:
+            message = f"defined twice; keeping the one from {first.file}"
+            self.result.problems.append(problem("metadata.name", message))
+            return
+        manifest: Manifest[ApiObject] = Manifest(file, line, len(self.result.manifests), obj)
+        self._seen[_key(obj)] = manifest
+        self.result.manifests.append(manifest)
+
+
+def _items(data: Any) -> Iterator[Any]:
+    """The objects of a document, unwrapping `kind: List` as `kubectl get -o yaml` writes it."""
+    if isinstance(data, dict) and data.get("kind") == "List" and isinstance(data.get("items"), list):
+        yield from data["items"]
+    else:
+        yield data
+
+
+def _identity(data: dict[str, Any]) -> tuple[str, str, str]:
+    """Kind, namespace and name read defensively, so even invalid objects can be named."""
+    kind = data.get("kind")
+    meta = data.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    name, namespace = meta.get("name"), meta.get("namespace")
+    kind = kind if isinstance(kind, str) else ""
+    namespace = namespace if isinstance(namespace, str) else DEFAULT_NAMESPACE
+    return (
+        kind,
+        namespace if kind in _NAMESPACED else "",
+        name if isinstance(name, str) else "",
+    )
+
+
+def _validate(
+    data: dict[str, Any], kind: str, problem: _ProblemAt, problems: list[ManifestProblem]
+) -> ApiObject | None:
+    model = _model_for(data, kind)
+    if isinstance(model, tuple):
+        problems.append(problem(*model))
+        return None
+    try:
+        obj = model.model_validate(data)
+    except ValidationError as error:
+        problems.extend(problem(path, message) for path, message in describe_errors(error, model))
+        return None
+    obj.metadata.namespace = (obj.metadata.namespace or DEFAULT_NAMESPACE) if kind in _NAMESPACED else None
+    return obj
+
+
+def _model_for(data: dict[str, Any], kind: str) -> type[ApiObject] | tuple[str, str]:
+    """The model for `kind`, or the `(field, message)` saying why there is none."""
+    if not kind:
+        return "kind", "required field is missing" if "kind" not in data else "must be a string"
+    model = _MODELS.get(kind)
+    if model is None:
+        return "kind", f"unsupported kind {kind!r}" + suggest(kind, _MODELS)
+    expected = model.model_fields["api_version"].default
+    if data.get("apiVersion") != expected:
+        return "apiVersion", f"{kind} is served as {expected}, got {data.get('apiVersion')!r}"
+    return model
+
+
+def _key(obj: ApiObject) -> _Key:
+    return obj.kind, obj.metadata.namespace or "", obj.metadata.name

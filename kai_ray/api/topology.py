@@ -1,0 +1,52 @@
+"""`Topology` (kai.scheduler/v1alpha1, cluster-scoped): named node-label hierarchy (spec §5).
+
+The CRD's CEL rules (unique labels, hostname only last) and the webhook's
+alias rules are checked here because they need only this one object.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from kai_ray.api._base import ERROR_PREFIX, QUALIFIED_NAME_PATTERN, CrdModel, ObjectMeta
+from kai_ray.api.constants import HOSTNAME_LABEL, TOPOLOGY_API_VERSION
+
+QualifiedName = Annotated[str, Field(min_length=1, max_length=316, pattern=QUALIFIED_NAME_PATTERN)]
+
+
+class TopologyLevel(CrdModel):
+    node_label: QualifiedName
+    alias: QualifiedName | None = None
+
+
+class TopologySpec(CrdModel):
+    """Levels ordered from the coarsest (e.g. block) to the finest (e.g. host)."""
+
+    levels: Annotated[list[TopologyLevel], Field(min_length=1, max_length=16)]
+
+    @field_validator("levels")
+    @classmethod
+    def _consistent_levels(cls, levels: list[TopologyLevel]) -> list[TopologyLevel]:
+        labels = [level.node_label for level in levels]
+        aliases = [level.alias for level in levels if level.alias]
+        if len(set(labels)) != len(labels):
+            raise _invalid("nodeLabel values must be unique")
+        if HOSTNAME_LABEL in labels[:-1]:
+            raise _invalid(f"{HOSTNAME_LABEL} is only allowed as the last level")
+        if len(set(aliases)) != len(aliases) or set(aliases) & set(labels):
+            raise _invalid("aliases must be unique and differ from every nodeLabel")
+        return levels
+
+
+def _invalid(message: str) -> PydanticCustomError:
+    return PydanticCustomError(f"{ERROR_PREFIX}topology", message)
+
+
+class Topology(CrdModel):
+    api_version: Literal["kai.scheduler/v1alpha1"] = TOPOLOGY_API_VERSION
+    kind: Literal["Topology"] = "Topology"
+    metadata: ObjectMeta
+    spec: TopologySpec

@@ -1,0 +1,101 @@
+"""The embedded simulated cluster: runs cycles and plays the pod lifecycle.
+
+Between cycles it does what a cluster (or KAI's integration harness) would:
+bound pods start running, pipelined pods go back to waiting, evicted pods
+are deleted and recreated as pending (unless their job is being deleted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kai_ray.api.config import SchedulerConfig
+from kai_ray.distributed.executor import Executor
+from kai_ray.engine.cycle import open_session, run_actions
+from kai_ray.engine.plan import Plan, TaskState, task_state
+from kai_ray.engine.session import Session
+from kai_ray.model.objects import QUEUE_CHARGING, ClusterState, TaskStatus
+from kai_ray.model.resources import GPU
+from kai_ray.model.snapshot import compile_snapshot
+
+STARTED_AGO_SECONDS = 60.0
+"""A job running at a cycle's start counts as started one minute ago (FORMAT.md)."""
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    idle: float
+    releasing: float
+
+
+@dataclass
+class ClusterView:
+    tasks: dict[tuple[str, str], TaskState] = field(default_factory=dict)
+    nodes: dict[str, NodeGpus] = field(default_factory=dict)
+
+
+@dataclass
+class CycleResult:
+    start: ClusterView
+    end: ClusterView
+    plan: Plan
+    session: Session
+
+
+class SimulatedCluster:
+    def __init__(self, state: ClusterState, config: SchedulerConfig, executor: Executor | None = None) -> None:
+        self.state = state
+        self.config = config
+        self.executor = executor
+
+    def run_cycle(self) -> CycleResult:
+        session = open_session(compile_snapshot(self.state), self.config, self.executor)
+        start = _view(session)
+        plan = run_actions(session)
+        end = _view(session)
+        self._apply(plan, session)
+        return CycleResult(start, end, plan, session)
+
+    def run(self, cycles: int) -> list[CycleResult]:
+        results = []
+        for index in range(cycles):
+            if index:
+                self.advance()
+            results.append(self.run_cycle())
+        return results
+
+    def _apply(self, plan: Plan, session: Session) -> None:
+        jobs = {job.name: job for job in self.state.jobs}
+        for job in session.jobs:
+            jobs[job.name].last_start = job.last_start
+        for job_spec in self.state.jobs:
+            for task in job_spec.tasks:
+                state = plan.tasks.get((job_spec.name, task.name))
+                if state is None or state.status == task.status:
+                    continue
+                task.status = TaskStatus.BINDING if state.status == TaskStatus.ALLOCATED else state.status
+                task.node = state.node
+                task.gpu_groups = state.gpu_groups
+
+    def advance(self) -> None:
+        """The between-cycle update of KAI's integration harness (FORMAT.md, Cycles)."""
+        for job in self.state.jobs:
+            for task in job.tasks:
+                if task.status == TaskStatus.BINDING:
+                    task.status = TaskStatus.RUNNING
+                elif task.status == TaskStatus.PIPELINED or (task.status == TaskStatus.RELEASING and not job.deleting):
+                    task.status, task.node, task.gpu_groups = TaskStatus.PENDING, None, ()
+            running = any(t.status in QUEUE_CHARGING for t in job.tasks)
+            job.last_start = self.state.now - STARTED_AGO_SECONDS if running else None
+            job.stale_since = None
+
+
+def _view(session: Session) -> ClusterView:
+    view = ClusterView()
+    for job in session.jobs:
+        for task in job.tasks:
+            view.tasks[(job.name, task.name)] = task_state(session, task)
+    table = session.nodes.table
+    for row, name in enumerate(table.names):
+        view.nodes[name] = NodeGpus(float(session.nodes.idle[row, GPU]), float(session.nodes.releasing[row, GPU]))
+    return view

@@ -1,0 +1,35 @@
+"""One scheduling cycle: snapshot in, plan out (the engine's whole public contract)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kai_ray.api.config import SchedulerConfig
+from kai_ray.distributed.executor import Executor
+from kai_ray.engine.actions.allocate import allocate
+from kai_ray.engine.plan import Plan, build_plan
+from kai_ray.engine.session import Session
+from kai_ray.model.snapshot import Snapshot
+
+Action = Callable[[Session], None]
+
+ACTIONS: dict[str, Action] = {
+    "allocate": allocate,
+}
+
+
+def open_session(snapshot: Snapshot, config: SchedulerConfig, executor: Executor | None = None) -> Session:
+    return Session(snapshot, config, executor)
+
+
+def run_actions(session: Session) -> Plan:
+    initial = {task.uid: task.status for job in session.jobs for task in job.tasks}
+    for name in session.config.actions:
+        action = ACTIONS.get(name)
+        if action is not None:
+            action(session)
+    return build_plan(session, initial, session.eviction_reasons)
+
+
+def schedule(snapshot: Snapshot, config: SchedulerConfig, executor: Executor | None = None) -> Plan:
+    return run_actions(open_session(snapshot, config, executor))

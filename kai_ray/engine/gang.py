@@ -1,0 +1,52 @@
+"""Gang rules: which tasks one allocation attempt takes, and when a gang must wait.
+
+§8.3: below its minimum a (sub)group is attempted as one gang of exactly
+what it is missing; once satisfied it grows one pod per attempt, so elastic
+growth competes with other jobs between attempts.
+"""
+
+from __future__ import annotations
+
+from kai_ray.engine.jobs import Job, PodSet, SubGroupSet, Task
+from kai_ray.engine.session import Session
+from kai_ray.model.objects import TaskStatus
+
+
+def tasks_to_allocate(session: Session, job: Job) -> list[Task]:
+    return _collect(session, job.root)
+
+
+def _collect(session: Session, node: SubGroupSet) -> list[Task]:
+    members = session.sorted_members(node)
+    if not node.min_satisfied():
+        found: list[Task] = []
+        for member in members[: node.min_members()]:
+            if not member.min_satisfied():
+                found.extend(_member_tasks(session, member))
+        return found
+    for member in members:
+        tasks = _member_tasks(session, member)
+        if tasks:
+            return tasks
+    return []
+
+
+def _member_tasks(session: Session, member: SubGroupSet | PodSet) -> list[Task]:
+    if isinstance(member, SubGroupSet):
+        return _collect(session, member)
+    pending = session.sorted_tasks(member.pending())
+    if member.min_satisfied():
+        return pending[:1]
+    return pending[: member.min_available - member.active_allocated()]
+
+
+def should_pipeline(job: Job) -> bool:
+    """A gang whose minimum relies on a pipelined task must not bind any part yet (§8.4)."""
+    for pod_set in job.pod_sets.values():
+        has_pipelined = any(t.status == TaskStatus.PIPELINED for t in pod_set.tasks)
+        if not has_pipelined:
+            continue
+        placed_now = pod_set.active_allocated() - pod_set.count(frozenset({TaskStatus.PIPELINED}))
+        if placed_now < pod_set.min_available:
+            return True
+    return False

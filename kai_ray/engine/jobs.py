@@ -1,0 +1,206 @@
+"""Session-side jobs and tasks: the mutable view the actions work on.
+
+A `Task` carries its placement (status, node row, GPU groups) which the
+session changes through one primitive, so every change can be undone.
+The PodGroup tree is rebuilt here with links from each pod set to its
+tasks, because gang rules (§8) count tasks per pod set constantly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kai_ray.model.objects import (
+    ACTIVE_ALLOCATED,
+    ACTIVE_USED,
+    ALIVE,
+    JobSpec,
+    SubGroupSetSpec,
+    TaskSpec,
+    TaskStatus,
+)
+from kai_ray.model.resources import CPU, GPU, MEMORY, NUM_RESOURCES, PODS
+
+
+@dataclass(eq=False)
+class Task:
+    spec: TaskSpec
+    job: Job
+    uid: int
+    status: TaskStatus
+    node: int | None
+    groups: tuple[str, ...]
+    request: np.ndarray
+    pod_set: PodSet | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def is_shared_gpu(self) -> bool:
+        return self.spec.is_shared_gpu
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.spec.gpu > 0 or self.spec.gpu_memory_mib > 0
+
+    def gpu_memory_per_device(self, node_gpu_memory: float) -> float:
+        """MiB this task takes on each shared device of a node with that GPU memory."""
+        if self.spec.gpu_memory_mib > 0 and not 0 < self.spec.gpu < 1:
+            return float(self.spec.gpu_memory_mib)
+        return self.spec.gpu * node_gpu_memory
+
+    def gpu_portion(self, node_gpu_memory: float) -> float:
+        """The GPU fraction per device this task is granted on such a node (§17)."""
+        if 0 < self.spec.gpu < 1:
+            return self.spec.gpu
+        if self.spec.gpu_memory_mib > 0:
+            return math.ceil(round(self.spec.gpu_memory_mib / node_gpu_memory * 100, 9)) / 100
+        return self.spec.gpu
+
+    def accepted_gpus(self, node_gpu_memory: float) -> float:
+        if self.is_shared_gpu:
+            return self.gpu_portion(node_gpu_memory) * self.spec.gpu_devices
+        return self.spec.gpu
+
+
+@dataclass(eq=False)
+class PodSet:
+    name: str
+    min_available: int
+    tasks: list[Task] = field(default_factory=list)
+
+    def count(self, statuses: frozenset[TaskStatus]) -> int:
+        return sum(1 for t in self.tasks if t.status in statuses)
+
+    def active_allocated(self) -> int:
+        return self.count(ACTIVE_ALLOCATED)
+
+    def min_satisfied(self) -> bool:
+        return self.active_allocated() >= self.min_available
+
+    def gang_satisfied(self) -> bool:
+        return self.count(ACTIVE_USED) >= self.min_available
+
+    def ready(self) -> bool:
+        alive = sum(1 for t in self.tasks if t.status in ALIVE and t.status != TaskStatus.GATED)
+        return alive >= self.min_available
+
+    def pending(self) -> list[Task]:
+        return [t for t in self.tasks if t.status == TaskStatus.PENDING]
+
+
+@dataclass(eq=False)
+class SubGroupSet:
+    name: str
+    min_subgroups: int | None
+    sets: list[SubGroupSet]
+    pod_sets: list[PodSet]
+
+    @property
+    def members(self) -> list[SubGroupSet | PodSet]:
+        return [*self.sets, *self.pod_sets]
+
+    def min_members(self) -> int:
+        return len(self.members) if self.min_subgroups is None else self.min_subgroups
+
+    def satisfied_members(self) -> int:
+        return sum(1 for m in self.members if m.min_satisfied())
+
+    def min_satisfied(self) -> bool:
+        return self.satisfied_members() >= self.min_members()
+
+    def ready(self) -> bool:
+        return sum(1 for m in self.members if m.ready()) >= self.min_members()
+
+    def all_pod_sets(self) -> list[PodSet]:
+        found: list[PodSet] = []
+        for child in self.sets:
+            found.extend(child.all_pod_sets())
+        found.extend(self.pod_sets)
+        return found
+
+
+@dataclass(eq=False)
+class Job:
+    spec: JobSpec
+    root: SubGroupSet
+    tasks: list[Task] = field(default_factory=list)
+    pod_sets: dict[str, PodSet] = field(default_factory=dict)
+    last_start: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def queue(self) -> str:
+        return self.spec.queue
+
+    def pending_tasks(self) -> list[Task]:
+        return [t for t in self.tasks if t.status == TaskStatus.PENDING]
+
+    def has_status(self, statuses: frozenset[TaskStatus]) -> bool:
+        return any(t.status in statuses for t in self.tasks)
+
+    def is_elastic(self) -> bool:
+        return any(p.min_available < len(p.tasks) for p in self.pod_sets.values())
+
+    def elastic_rank(self) -> int:
+        """0 below its gang minimum, 1 exactly at it, 2 above (§5.3 elastic order)."""
+        counts = [(p.active_allocated(), p.min_available) for p in self.pod_sets.values()]
+        if any(have < need for have, need in counts):
+            return 0
+        if all(have == need for have, need in counts):
+            return 1
+        return 2
+
+    def ready(self) -> bool:
+        return self.root.ready()
+
+    def gang_satisfied(self) -> bool:
+        return all(p.gang_satisfied() for p in self.pod_sets.values())
+
+
+def task_request(spec: TaskSpec) -> np.ndarray:
+    """The node-vector request: whole GPUs only; shared GPUs are tracked per group."""
+    vec = np.zeros(NUM_RESOURCES)
+    vec[CPU] = spec.cpu_millis
+    vec[MEMORY] = spec.memory
+    vec[GPU] = 0.0 if spec.is_shared_gpu else spec.gpu
+    vec[PODS] = 1.0
+    return vec
+
+
+def build_job(spec: JobSpec, node_index: dict[str, int], first_uid: int) -> Job:
+    root = _build_tree(spec.subgroups)
+    job = Job(spec=spec, root=root, last_start=spec.last_start)
+    job.pod_sets = {p.name: p for p in root.all_pod_sets()}
+    for offset, task_spec in enumerate(spec.tasks):
+        node = node_index.get(task_spec.node) if task_spec.node is not None else None
+        task = Task(
+            spec=task_spec,
+            job=job,
+            uid=first_uid + offset,
+            status=task_spec.status,
+            node=node,
+            groups=task_spec.gpu_groups,
+            request=task_request(task_spec),
+        )
+        task.pod_set = job.pod_sets[task_spec.subgroup]
+        task.pod_set.tasks.append(task)
+        job.tasks.append(task)
+    return job
+
+
+def _build_tree(spec: SubGroupSetSpec) -> SubGroupSet:
+    return SubGroupSet(
+        name=spec.name,
+        min_subgroups=spec.min_subgroups,
+        sets=[_build_tree(child) for child in spec.subgroup_sets],
+        pod_sets=[PodSet(p.name, p.min_available) for p in spec.pod_sets],
+    )

@@ -1,0 +1,138 @@
+"""Mutable node accounting for a session: idle and releasing vectors, shared GPUs.
+
+Follows KAI's bookkeeping (§1.4, §17): a task on a node takes its request
+from Idle, or moves it to Releasing while it is being evicted, or takes it
+out of Releasing when it is pipelined. A shared GPU (a "group") holds one
+whole device while anything runs on it; its memory is tracked per group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kai_ray.engine.jobs import Task
+from kai_ray.model.objects import OCCUPYING, TaskStatus
+from kai_ray.model.resources import GPU
+from kai_ray.model.snapshot import NodeTable
+
+
+@dataclass
+class GpuGroup:
+    """One shared physical GPU on a node and the tasks on it (task uid → MiB, status)."""
+
+    memory: float
+    members: dict[int, tuple[float, TaskStatus]] = field(default_factory=dict)
+
+    def _mem(self, statuses: set[TaskStatus] | None = None, exclude: set[TaskStatus] | None = None) -> float:
+        return sum(
+            mem
+            for mem, status in self.members.values()
+            if (statuses is None or status in statuses) and (exclude is None or status not in exclude)
+        )
+
+    @property
+    def idle_memory(self) -> float:
+        """Memory free right now (releasing tasks still hold theirs)."""
+        return self.memory - self._mem(exclude={TaskStatus.PIPELINED})
+
+    @property
+    def releasing_memory(self) -> float:
+        return self._mem({TaskStatus.RELEASING}) - self._mem({TaskStatus.PIPELINED})
+
+    @property
+    def allocated_memory(self) -> float:
+        """Memory held by tasks that are not on their way out."""
+        return self._mem(exclude={TaskStatus.RELEASING})
+
+    @property
+    def fully_releasing(self) -> bool:
+        return bool(self.members) and all(s == TaskStatus.RELEASING for _, s in self.members.values())
+
+    def device_usage(self) -> tuple[float, float]:
+        """(idle, releasing) whole-device deltas this group causes on its node."""
+        if not self.members:
+            return 0.0, 0.0
+        statuses = {s for _, s in self.members.values()}
+        if statuses - {TaskStatus.RELEASING, TaskStatus.PIPELINED}:
+            return -1.0, 0.0
+        if TaskStatus.RELEASING in statuses:
+            return -1.0, 0.0 if TaskStatus.PIPELINED in statuses else 1.0
+        return 0.0, -1.0
+
+
+class NodeState:
+    """Idle/releasing per node row, plus shared GPU groups."""
+
+    def __init__(self, table: NodeTable) -> None:
+        self.table = table
+        self.idle = table.allocatable.copy()
+        self.releasing = np.zeros_like(self.idle)
+        self.groups: list[dict[str, GpuGroup]] = [{} for _ in range(len(table))]
+        self._new_group_counter = [0] * len(table)
+
+    def add(self, task: Task) -> None:
+        self._apply(task, +1.0)
+
+    def remove(self, task: Task) -> None:
+        self._apply(task, -1.0)
+
+    def _apply(self, task: Task, sign: float) -> None:
+        if task.node is None or task.status not in OCCUPYING:
+            return
+        row = task.node
+        if task.status == TaskStatus.RELEASING:
+            self.releasing[row] += sign * task.request
+            self.idle[row] -= sign * task.request
+        elif task.status == TaskStatus.PIPELINED:
+            self.releasing[row] -= sign * task.request
+        else:
+            self.idle[row] -= sign * task.request
+        if task.is_shared_gpu:
+            self._apply_groups(task, row, sign)
+
+    def _apply_groups(self, task: Task, row: int, sign: float) -> None:
+        node_memory = float(self.table.gpu_memory[row])
+        mem = task.gpu_memory_per_device(node_memory)
+        for group_id in task.groups:
+            group = self.groups[row].setdefault(group_id, GpuGroup(node_memory))
+            before = group.device_usage()
+            if sign > 0:
+                group.members[task.uid] = (mem, task.status)
+            else:
+                group.members.pop(task.uid, None)
+            after = group.device_usage()
+            self.idle[row, GPU] += after[0] - before[0]
+            self.releasing[row, GPU] += after[1] - before[1]
+            if not group.members:
+                del self.groups[row][group_id]
+
+    def new_group_id(self, row: int) -> str:
+        """A group id unused on this node; deterministic so plans repeat exactly."""
+        while True:
+            self._new_group_counter[row] += 1
+            candidate = f"{self.table.names[row]}-gpu-{self._new_group_counter[row]}"
+            if candidate not in self.groups[row]:
+                return candidate
+
+    def fitting_groups(self, row: int, memory: float, *, idle_only: bool = False) -> list[tuple[str, GpuGroup]]:
+        """Shared groups in use, not fully releasing, with room for `memory` MiB."""
+        found = []
+        for group_id in sorted(self.groups[row]):
+            group = self.groups[row][group_id]
+            if group.fully_releasing:
+                continue
+            free = group.idle_memory if idle_only else group.idle_memory + group.releasing_memory
+            if free + 1e-9 >= memory:
+                found.append((group_id, group))
+        return found
+
+    def rows_with_groups(self) -> list[int]:
+        return [row for row, groups in enumerate(self.groups) if groups]
+
+    def idle_gpus(self, row: int) -> float:
+        return float(self.idle[row, GPU])
+
+    def releasing_gpus(self, row: int) -> float:
+        return float(self.releasing[row, GPU])

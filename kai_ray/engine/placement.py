@@ -1,0 +1,160 @@
+"""Placing one task: filter nodes, score them, take the best that really fits.
+
+Node filtering and scoring are array expressions over all nodes; only the
+shared-GPU device choice walks candidates, because it depends on per-GPU
+bookkeeping. Returns a reason string on failure so a pending job can
+always say why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from kai_ray.engine.jobs import Task
+from kai_ray.engine.nodes import GpuGroup
+from kai_ray.engine.session import Session
+from kai_ray.engine.statement import Statement
+from kai_ray.model.resources import EPSILON, GPU, PODS
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    groups: tuple[str, ...]
+    waits_for_release: bool
+
+
+def place_task(
+    session: Session, statement: Statement, task: Task, node_mask: np.ndarray | None, pipeline_only: bool
+) -> str | None:
+    for plugin in session.plugins:
+        reason = plugin.pre_predicate(task)
+        if reason:
+            return reason
+    candidates = session.fits_with_releasing(task)
+    if node_mask is not None:
+        candidates &= node_mask
+    if not candidates.any():
+        return _no_room_reason(session, task)
+    for plugin in session.plugins:
+        node_filter = plugin.node_filter(task)
+        if node_filter is not None:
+            candidates &= node_filter.mask
+            if not candidates.any():
+                return f"pod {task.name}: no node with room passes the filter ({node_filter.reason})"
+    if session.predicates_enabled and not task.is_shared_gpu:
+        reason = _node_capacity_problem(session, task, task.spec.gpu)
+        if reason:
+            return reason
+    ranked = session.executor.rank(candidates, _scores(session, task))
+    if task.is_shared_gpu:
+        return _place_shared(session, statement, task, ranked, pipeline_only)
+    row = int(ranked[0])
+    starts_now = bool(np.all(task.request <= session.nodes.idle[row] + EPSILON))
+    if starts_now and not pipeline_only:
+        statement.allocate(task, row)
+    else:
+        statement.pipeline(task, row)
+    return None
+
+
+def _scores(session: Session, task: Task) -> np.ndarray:
+    free_gpus = session.free_gpus()
+    total = np.zeros(len(session.nodes.table))
+    for plugin in session.plugins:
+        scores = plugin.node_scores(task, free_gpus)
+        if scores is not None:
+            total += scores
+    return total
+
+
+def _node_capacity_problem(session: Session, task: Task, accepted_gpus: float) -> str | None:
+    for plugin in session.plugins:
+        reason = plugin.node_capacity_problem(task, accepted_gpus)
+        if reason:
+            return reason
+    return None
+
+
+def _no_room_reason(session: Session, task: Task) -> str:
+    nodes = len(session.nodes.table)
+    return f"pod {task.name}: none of {nodes} nodes has room for it now or after releases"
+
+
+def _place_shared(
+    session: Session, statement: Statement, task: Task, ranked: np.ndarray, pipeline_only: bool
+) -> str | None:
+    reason = f"pod {task.name}: no GPU with enough free memory to share"
+    for row in ranked:
+        choice = choose_devices(session, task, int(row))
+        if isinstance(choice, str):
+            reason = choice
+            continue
+        non_gpu_idle = np.delete(task.request <= session.nodes.idle[row] + EPSILON, GPU).all()
+        if choice.waits_for_release or not non_gpu_idle or pipeline_only:
+            statement.pipeline(task, int(row), choice.groups)
+        else:
+            statement.allocate(task, int(row), choice.groups)
+        return None
+    return reason
+
+
+def choose_devices(session: Session, task: Task, row: int) -> DeviceChoice | str:
+    """Pick the shared GPUs (existing groups or fresh whole devices) for a task on a node."""
+    nodes = session.nodes
+    node_memory = float(nodes.table.gpu_memory[row])
+    memory = task.gpu_memory_per_device(node_memory)
+    if session.predicates_enabled:
+        reason = _node_capacity_problem(session, task, task.accepted_gpus(node_memory))
+        if reason:
+            return reason
+    open_groups = {gid: group for gid, group in nodes.fitting_groups(row, memory)}
+    idle_whole = math.floor(nodes.idle[row, GPU] + EPSILON)
+    releasing_whole = math.floor(nodes.idle[row, GPU] + nodes.releasing[row, GPU] + EPSILON) - idle_whole
+    chosen: list[str] = []
+    waits = False
+    new_groups = 0
+    for _ in range(task.spec.gpu_devices):
+        best_group = _best_group(session, open_groups, node_memory)
+        whole_score = _gpu_score(session, 0.0, whole_device=True)
+        use_whole = idle_whole + releasing_whole > 0 and (best_group is None or whole_score > best_group[0])
+        if use_whole:
+            group_id = nodes.new_group_id(row)
+            waits |= idle_whole == 0
+            if idle_whole > 0:
+                idle_whole -= 1
+            else:
+                releasing_whole -= 1
+            new_groups += 1
+        elif best_group is not None:
+            group_id = best_group[1]
+            waits |= open_groups.pop(group_id).idle_memory + EPSILON < memory
+        else:
+            return f"pod {task.name}: node {nodes.table.names[row]} has too few GPUs to share"
+        chosen.append(group_id)
+    free_pods = nodes.idle[row, PODS] + nodes.releasing[row, PODS]
+    if session.predicates_enabled and new_groups and free_pods + EPSILON < 1 + new_groups:
+        return f"pod {task.name}: node {nodes.table.names[row]} has no pod slot for a GPU reservation pod"
+    return DeviceChoice(tuple(chosen), waits)
+
+
+def _best_group(session: Session, groups: dict[str, GpuGroup], node_memory: float) -> tuple[float, str] | None:
+    best: tuple[float, str] | None = None
+    for group_id in sorted(groups):
+        group = groups[group_id]
+        used = (node_memory - group.idle_memory) / node_memory if node_memory else 0.0
+        score = _gpu_score(session, used, whole_device=False)
+        if best is None or score > best[0]:
+            best = (score, group_id)
+    return best
+
+
+def _gpu_score(session: Session, used_fraction: float, *, whole_device: bool) -> float:
+    total = 0.0
+    for plugin in session.plugins:
+        score = plugin.gpu_score(used_fraction, whole_device)
+        if score is not None:
+            total += score
+    return total

@@ -1,0 +1,73 @@
+"""The plugin contract: one base class whose hooks default to "no opinion".
+
+A plugin overrides only the hooks it cares about; the session asks every
+enabled plugin, in configured order, and combines answers the way KAI does
+(§4): ordering keys are concatenated (first decisive key wins), node scores
+are summed, node filters are ANDed, job checks stop at the first failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from kai_ray.engine.jobs import Job, PodSet, SubGroupSet, Task
+    from kai_ray.engine.session import Session
+
+OrderKey = tuple[float | str, ...]
+
+
+@dataclass(frozen=True)
+class NodeFilter:
+    """Which node rows pass, and how to say why the others do not."""
+
+    mask: np.ndarray
+    reason: str
+
+
+class Plugin:
+    name: ClassVar[str] = ""
+
+    def __init__(self, session: Session, arguments: dict[str, str]) -> None:
+        self.session = session
+        self.arguments = arguments
+
+    def on_session_open(self) -> None:
+        """Prepare per-session state (fair shares, caches)."""
+
+    def job_order_key(self, job: Job) -> OrderKey | None:
+        return None
+
+    def task_order_key(self, task: Task) -> OrderKey | None:
+        return None
+
+    def subgroup_order_key(self, member: SubGroupSet | PodSet) -> OrderKey | None:
+        return None
+
+    def queue_compare(self, left: str, right: str, left_job: np.ndarray, right_job: np.ndarray) -> int | None:
+        """-1 when `left` goes first, 1 when `right` does, 0 or None when undecided."""
+        return None
+
+    def pre_predicate(self, task: Task) -> str | None:
+        """A reason the task fits no node at all, or None."""
+        return None
+
+    def node_filter(self, task: Task) -> NodeFilter | None:
+        return None
+
+    def node_scores(self, task: Task, free_gpus: np.ndarray) -> np.ndarray | None:
+        return None
+
+    def gpu_score(self, used_fraction: float, whole_device: bool) -> float | None:
+        return None
+
+    def job_capacity_problem(self, job: Job, tasks: list[Task]) -> str | None:
+        """Why allocating these tasks would break a queue rule, or None."""
+        return None
+
+    def node_capacity_problem(self, task: Task, accepted_gpus: float) -> str | None:
+        """Like `job_capacity_problem`, for one task with the GPU amount a node would grant."""
+        return None

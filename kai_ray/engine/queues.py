@@ -1,0 +1,89 @@
+"""Queue accounting for a session: allocated, requested and fair share per queue.
+
+Every charge goes to the leaf queue and all its ancestors (§6.1), so a
+parent's numbers always equal the sum of its children's. The arrays are
+indexed by queue row; columns are (cpu, memory, gpu).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from kai_ray.fairshare.tree import QueueNode, fair_shares
+from kai_ray.model.objects import UNLIMITED, QueueSpec
+from kai_ray.model.resources import FAIRNESS_RESOURCES
+from kai_ray.model.snapshot import Snapshot
+
+
+class QueueBook:
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.names = sorted(snapshot.queues)
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.specs: list[QueueSpec] = [snapshot.queues[n] for n in self.names]
+        self.children = {name: list(kids) for name, kids in snapshot.children.items()}
+        count = len(self.names)
+        self.deserved = np.array([_triple(q, "quota") for q in self.specs]).reshape(count, 3)
+        self.limit = np.array([_triple(q, "limit") for q in self.specs]).reshape(count, 3)
+        self.allocated = np.zeros((count, 3))
+        self.allocated_non_preemptible = np.zeros((count, 3))
+        self.request = np.zeros((count, 3))
+        self.fair_share = np.zeros((count, 3))
+        self.chains = {name: [self.index[q] for q in snapshot.ancestry(name)] for name in self.names}
+
+    def top_level(self) -> list[str]:
+        return [q.name for q in self.specs if q.parent is None]
+
+    def charge(self, queue: str, vector: np.ndarray, non_preemptible: bool, sign: float = 1.0) -> None:
+        rows = self.chains[queue]
+        self.allocated[rows] += sign * vector
+        if non_preemptible:
+            self.allocated_non_preemptible[rows] += sign * vector
+
+    def add_request(self, queue: str, vector: np.ndarray) -> None:
+        self.request[self.chains[queue]] += vector
+
+    def compute_fair_shares(self, totals: np.ndarray, k_value: float) -> None:
+        nodes = [
+            QueueNode(
+                name=q.name,
+                parent=q.parent,
+                priority=q.priority,
+                created=q.created,
+                deserved=_by_resource(self.deserved[i]),
+                limit=_by_resource(self.limit[i]),
+                over_quota_weight={
+                    "cpu": q.cpu.over_quota_weight,
+                    "memory": q.memory.over_quota_weight,
+                    "gpu": q.gpu.over_quota_weight,
+                },
+                request=_by_resource(self.request[i]) if not self.children[q.name] else _zero_request(),
+            )
+            for i, q in enumerate(self.specs)
+        ]
+        shares = fair_shares(nodes, _by_resource(totals), k_value)
+        for name, share in shares.items():
+            self.fair_share[self.index[name]] = [share[r] for r in FAIRNESS_RESOURCES]
+
+    def allocatable_share(self, row: int) -> np.ndarray:
+        """§6.1: limit if deserved is unlimited, else max(deserved, fair share) capped by the limit."""
+        deserved, limit, fair = self.deserved[row], self.limit[row], self.fair_share[row]
+        share = np.maximum(deserved, fair)
+        share = np.where(limit != UNLIMITED, np.minimum(share, limit), share)
+        return np.where(deserved == UNLIMITED, limit, share)
+
+    def rows(self, names: Iterable[str]) -> list[int]:
+        return [self.index[n] for n in names]
+
+
+def _triple(queue: QueueSpec, attribute: str) -> list[float]:
+    return [getattr(queue.cpu, attribute), getattr(queue.memory, attribute), getattr(queue.gpu, attribute)]
+
+
+def _by_resource(values: np.ndarray) -> dict[str, float]:
+    return {r: float(v) for r, v in zip(FAIRNESS_RESOURCES, values, strict=True)}
+
+
+def _zero_request() -> dict[str, float]:
+    return dict.fromkeys(FAIRNESS_RESOURCES, 0.0)

@@ -1,0 +1,190 @@
+"""A scheduling session: the mutable world one cycle works on.
+
+The session owns the state every action shares (tasks, node accounting,
+queue accounting) and the single primitive that changes it, `move_task`.
+Plugins hold only their own state; the session asks them through the hooks
+of `Plugin` and combines their answers.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from kai_ray.api.config import SchedulerConfig
+from kai_ray.distributed.executor import Executor, LocalExecutor
+from kai_ray.engine.jobs import Job, PodSet, SubGroupSet, Task, build_job
+from kai_ray.engine.nodes import NodeState
+from kai_ray.engine.plugins.base import OrderKey, Plugin
+from kai_ray.engine.plugins.registry import plugin_class
+from kai_ray.engine.queues import QueueBook
+from kai_ray.engine.statement import Operation, Placement
+from kai_ray.model.objects import QUEUE_CHARGING, TaskStatus
+from kai_ray.model.resources import CPU, EPSILON, GPU, MEMORY
+from kai_ray.model.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GPU_MEMORY_MIB = 100.0
+
+
+class Session:
+    def __init__(self, snapshot: Snapshot, config: SchedulerConfig, executor: Executor | None = None) -> None:
+        self.snapshot = snapshot
+        self.config = config
+        self.executor: Executor = executor or LocalExecutor()
+        self.now = snapshot.now
+        self.nodes = NodeState(snapshot.nodes)
+        self.queues = QueueBook(snapshot)
+        self.jobs: list[Job] = []
+        self.job_reasons: dict[str, str] = {}
+        self.eviction_reasons: dict[int, str] = {}
+        self.committed: list[Operation] = []
+        self._charges: dict[int, np.ndarray] = {}
+        self._in_session = False
+        memories = [m for m in snapshot.nodes.gpu_memory if m > DEFAULT_GPU_MEMORY_MIB]
+        self.min_gpu_memory = float(min(memories, default=DEFAULT_GPU_MEMORY_MIB))
+        self.max_gpu_memory = float(max(memories, default=DEFAULT_GPU_MEMORY_MIB))
+        self._build_jobs()
+        self.plugins = self._build_plugins()
+        self._in_session = True
+        for plugin in self.plugins:
+            plugin.on_session_open()
+
+    # ------------------------------------------------------------------ set-up
+    def _build_jobs(self) -> None:
+        uid = 0
+        for spec in self.snapshot.jobs:
+            job = build_job(spec, self.snapshot.nodes.index, uid)
+            uid += len(spec.tasks)
+            self.jobs.append(job)
+            for task in job.tasks:
+                self._add(task)
+                if task.status == TaskStatus.PENDING:
+                    self.queues.add_request(job.queue, self.fairness_request([task], self.min_gpu_memory))
+
+    def _build_plugins(self) -> list[Plugin]:
+        plugins = []
+        for spec in self.config.plugins:
+            cls = plugin_class(spec.name)
+            if cls is None:
+                log.warning("unknown plugin %r skipped", spec.name)
+                continue
+            if cls is Plugin:
+                continue
+            plugins.append(cls(self, dict(spec.arguments)))
+        return plugins
+
+    def has_plugin(self, name: str) -> bool:
+        return any(p.name == name for p in self.plugins)
+
+    # ------------------------------------------------------------------ the one primitive
+    def move_task(self, task: Task, placement: Placement) -> None:
+        self._remove(task)
+        task.status, task.node, task.groups = placement.status, placement.node, placement.groups
+        self._add(task)
+
+    def _add(self, task: Task) -> None:
+        self.nodes.add(task)
+        if self._is_charged(task) and task.node is not None:
+            charge = self.placed_fairness(task, task.node)
+            self._charges[task.uid] = charge
+            self.queues.charge(task.job.queue, charge, not task.job.spec.preemptible)
+
+    def _remove(self, task: Task) -> None:
+        self.nodes.remove(task)
+        charge = self._charges.pop(task.uid, None)
+        if charge is not None:
+            self.queues.charge(task.job.queue, charge, not task.job.spec.preemptible, sign=-1.0)
+
+    def _is_charged(self, task: Task) -> bool:
+        return task.status in QUEUE_CHARGING or (self._in_session and task.status == TaskStatus.PIPELINED)
+
+    def record_commit(self, operations: Sequence[Operation]) -> None:
+        self.committed.extend(operations)
+
+    # ------------------------------------------------------------------ resource views
+    def fairness_totals(self) -> np.ndarray:
+        table = self.snapshot.nodes
+        ready = table.allocatable[table.schedulable]
+        return np.array([ready[:, CPU].sum(), ready[:, MEMORY].sum(), ready[:, GPU].sum()])
+
+    def placed_fairness(self, task: Task, node: int) -> np.ndarray:
+        gpus = task.accepted_gpus(float(self.snapshot.nodes.gpu_memory[node]))
+        return np.array([task.spec.cpu_millis, task.spec.memory, gpus])
+
+    def fairness_request(self, tasks: Iterable[Task], gpu_memory: float) -> np.ndarray:
+        total = np.zeros(3)
+        for task in tasks:
+            total += (task.spec.cpu_millis, task.spec.memory, task.accepted_gpus(gpu_memory))
+        return total
+
+    def free_gpus(self) -> np.ndarray:
+        return self.nodes.idle[:, GPU] + self.nodes.releasing[:, GPU]
+
+    def fits_idle(self, task: Task) -> np.ndarray:
+        return self._fits(task, self.nodes.idle, idle_only=True)
+
+    def fits_with_releasing(self, task: Task) -> np.ndarray:
+        return self._fits(task, self.nodes.idle + self.nodes.releasing, idle_only=False)
+
+    def _fits(self, task: Task, available: np.ndarray, *, idle_only: bool) -> np.ndarray:
+        fits = self.executor.fit_mask(task.request, available)
+        if not task.is_shared_gpu:
+            return fits
+        devices = np.floor(available[:, GPU] + EPSILON)
+        for row in self.nodes.rows_with_groups():
+            memory = task.gpu_memory_per_device(float(self.snapshot.nodes.gpu_memory[row]))
+            devices[row] += len(self.nodes.fitting_groups(row, memory, idle_only=idle_only))
+        return fits & (devices >= task.spec.gpu_devices)
+
+    # ------------------------------------------------------------------ ordering
+    def job_order_key(self, job: Job) -> OrderKey:
+        key: list[float | str] = []
+        for plugin in self.plugins:
+            part = plugin.job_order_key(job)
+            if part is not None:
+                key.extend(part)
+        return (*key, job.spec.created, job.name)
+
+    def task_order_key(self, task: Task) -> OrderKey:
+        key: list[float | str] = []
+        for plugin in self.plugins:
+            part = plugin.task_order_key(task)
+            if part is not None:
+                key.extend(part)
+        return (*key, task.spec.created, task.name)
+
+    def sorted_tasks(self, tasks: Iterable[Task]) -> list[Task]:
+        return sorted(tasks, key=self.task_order_key)
+
+    def sorted_members(self, node: SubGroupSet) -> list[SubGroupSet | PodSet]:
+        def key(member: SubGroupSet | PodSet) -> OrderKey:
+            parts: list[float | str] = []
+            for plugin in self.plugins:
+                part = plugin.subgroup_order_key(member)
+                if part is not None:
+                    parts.extend(part)
+            return (*parts, member.name)
+
+        return sorted(node.members, key=key)
+
+    def compare_queues(self, left: str, right: str, left_job: np.ndarray, right_job: np.ndarray) -> int:
+        for plugin in self.plugins:
+            verdict = plugin.queue_compare(left, right, left_job, right_job)
+            if verdict:
+                return verdict
+        lspec, rspec = self.snapshot.queues[left], self.snapshot.queues[right]
+        if (lspec.created, lspec.name) < (rspec.created, rspec.name):
+            return -1
+        return 1
+
+    @functools.cached_property
+    def predicates_enabled(self) -> bool:
+        return self.has_plugin("predicates")
+
+    def note_reason(self, job: Job, reason: str) -> None:
+        self.job_reasons.setdefault(job.name, reason)

@@ -1,0 +1,72 @@
+"""Statements: try placements and evictions, then keep them or undo them exactly.
+
+Every operation is recorded as (task, state before, state after); undoing
+replays the before-state through the same session primitive, so node
+vectors, GPU groups and queue accounting come back bit for bit (§3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kai_ray.model.objects import TaskStatus
+
+if TYPE_CHECKING:
+    from kai_ray.engine.jobs import Task
+    from kai_ray.engine.session import Session
+
+
+@dataclass(frozen=True)
+class Placement:
+    status: TaskStatus
+    node: int | None
+    groups: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Operation:
+    task: Task
+    before: Placement
+    after: Placement
+
+
+class Statement:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.operations: list[Operation] = []
+
+    def _record(self, task: Task, after: Placement) -> None:
+        before = Placement(task.status, task.node, task.groups)
+        self.session.move_task(task, after)
+        self.operations.append(Operation(task, before, after))
+
+    def allocate(self, task: Task, node: int, groups: tuple[str, ...] = ()) -> None:
+        self._record(task, Placement(TaskStatus.ALLOCATED, node, groups))
+
+    def pipeline(self, task: Task, node: int, groups: tuple[str, ...] = ()) -> None:
+        self._record(task, Placement(TaskStatus.PIPELINED, node, groups))
+
+    def evict(self, task: Task) -> None:
+        self._record(task, Placement(TaskStatus.RELEASING, task.node, task.groups))
+
+    def checkpoint(self) -> int:
+        return len(self.operations)
+
+    def rollback(self, checkpoint: int) -> None:
+        while len(self.operations) > checkpoint:
+            operation = self.operations.pop()
+            self.session.move_task(operation.task, operation.before)
+
+    def discard(self) -> None:
+        self.rollback(0)
+
+    def convert_allocated_to_pipelined(self, tasks: list[Task]) -> None:
+        """Gang pipelining (§8.4): nothing of a gang binds while part of it waits."""
+        for task in tasks:
+            if task.status == TaskStatus.ALLOCATED and task.node is not None:
+                self.pipeline(task, task.node, task.groups)
+
+    def commit(self) -> None:
+        self.session.record_commit(self.operations)
+        self.operations = []

@@ -1,0 +1,209 @@
+"""Plain cluster objects: the boundary between backends and the engine.
+
+Every backend (the simulated cluster's scenario and manifest loaders, the
+Kubernetes informer cache) turns what it sees into these dataclasses, already
+normalised to internal units: CPU in millicores, memory in bytes, GPUs in
+devices, GPU memory in MiB, time in seconds. `compile_snapshot` then builds
+the columnar `Snapshot` from a `ClusterState`. Keeping this layer free of
+Kubernetes and scenario specifics is what lets one engine serve all backends.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+UNLIMITED = -1.0
+"""Quota or limit value meaning "no bound" (KAI's -1)."""
+
+
+class TaskStatus(enum.StrEnum):
+    """Pod statuses as KAI names them (spec §1.3)."""
+
+    PENDING = "Pending"
+    GATED = "Gated"
+    RUNNING = "Running"
+    BOUND = "Bound"
+    BINDING = "Binding"
+    ALLOCATED = "Allocated"
+    PIPELINED = "Pipelined"
+    RELEASING = "Releasing"
+    STUCK_IN_RELEASING = "StuckInReleasing"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+ACTIVE_USED = frozenset(
+    {
+        TaskStatus.ALLOCATED,
+        TaskStatus.PIPELINED,
+        TaskStatus.BINDING,
+        TaskStatus.BOUND,
+        TaskStatus.RUNNING,
+        TaskStatus.RELEASING,
+        TaskStatus.STUCK_IN_RELEASING,
+    }
+)
+ACTIVE_ALLOCATED = frozenset(
+    {TaskStatus.ALLOCATED, TaskStatus.PIPELINED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING}
+)
+ALIVE = frozenset(
+    {
+        TaskStatus.ALLOCATED,
+        TaskStatus.PIPELINED,
+        TaskStatus.BINDING,
+        TaskStatus.BOUND,
+        TaskStatus.RUNNING,
+        TaskStatus.PENDING,
+        TaskStatus.GATED,
+    }
+)
+QUEUE_CHARGING = frozenset({TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
+OCCUPYING = ACTIVE_USED
+
+
+@dataclass(frozen=True)
+class ResourceQuota:
+    """One resource of a queue: deserved quota, hard limit and surplus weight."""
+
+    quota: float = 0.0
+    limit: float = 0.0
+    over_quota_weight: float = 0.0
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """A queue of the hierarchy; memory quota/limit already in bytes."""
+
+    name: str
+    parent: str | None = None
+    priority: int = 100
+    created: float = 0.0
+    gpu: ResourceQuota = ResourceQuota(UNLIMITED, UNLIMITED, 1.0)
+    cpu: ResourceQuota = ResourceQuota(UNLIMITED, UNLIMITED, 1.0)
+    memory: ResourceQuota = ResourceQuota(UNLIMITED, UNLIMITED, 1.0)
+    preempt_min_runtime: float | None = None
+    reclaim_min_runtime: float | None = None
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+@dataclass(frozen=True)
+class AffinityRequirement:
+    """One required node-affinity match expression (all of a task's are ANDed)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    cpu_millis: float = 0.0
+    memory: float = 0.0
+    gpus: int = 0
+    gpu_memory_mib: int = 100
+    max_pods: int = 110
+    gpu_memory_synced: bool = True
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+
+
+@dataclass
+class TaskSpec:
+    """A pod as the scheduler sees it. `gpu` is whole devices or a fraction per device."""
+
+    name: str
+    status: TaskStatus = TaskStatus.PENDING
+    node: str | None = None
+    cpu_millis: float = 0.0
+    memory: float = 0.0
+    gpu: float = 0.0
+    gpu_devices: int = 1
+    gpu_memory_mib: int = 0
+    gpu_groups: tuple[str, ...] = ()
+    subgroup: str = "default"
+    node_affinity: tuple[AffinityRequirement, ...] = ()
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    task_priority: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    created: float = 0.0
+
+    @property
+    def is_shared_gpu(self) -> bool:
+        """Fractional and GPU-memory requests go through the GPU-sharing path."""
+        return self.gpu_memory_mib > 0 or 0.0 < self.gpu < 1.0
+
+
+@dataclass(frozen=True)
+class PodSetSpec:
+    name: str
+    min_available: int
+
+
+@dataclass(frozen=True)
+class SubGroupSetSpec:
+    """An inner node of the PodGroup tree; `min_subgroups` None = all members."""
+
+    name: str = ""
+    min_subgroups: int | None = None
+    subgroup_sets: tuple[SubGroupSetSpec, ...] = ()
+    pod_sets: tuple[PodSetSpec, ...] = ()
+
+    def all_pod_sets(self) -> list[PodSetSpec]:
+        found: list[PodSetSpec] = []
+        for child in self.subgroup_sets:
+            found.extend(child.all_pod_sets())
+        found.extend(self.pod_sets)
+        return found
+
+
+@dataclass
+class JobSpec:
+    """A PodGroup with its pods."""
+
+    name: str
+    queue: str
+    namespace: str = ""
+    priority: int = 50
+    preemptible: bool = True
+    created: float = 0.0
+    last_start: float | None = None
+    subgroups: SubGroupSetSpec = field(default_factory=lambda: SubGroupSetSpec(pod_sets=(PodSetSpec("default", 1),)))
+    preemption_delay: float | None = None
+    last_eviction: float | None = None
+    stale_since: float | None = None
+    staleness_grace: float | None = None
+    deleting: bool = False
+    tasks: list[TaskSpec] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclass
+class ClusterState:
+    """Everything one scheduling cycle reads. `now` is in seconds."""
+
+    nodes: list[NodeSpec] = field(default_factory=list)
+    queues: list[QueueSpec] = field(default_factory=list)
+    jobs: list[JobSpec] = field(default_factory=list)
+    now: float = 0.0

@@ -1,0 +1,219 @@
+"""The compiled, columnar snapshot a scheduling session starts from.
+
+Nodes become rows of numpy arrays sorted by name, so node-dimension work in
+the engine is one array expression and ties break by row index (= name).
+Jobs keep their tasks as small objects because gang logic walks them one
+by one anyway. Malformed objects are dropped here, with a recorded problem,
+so the engine never sees them and never raises on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kai_ray.model.objects import (
+    ClusterState,
+    JobSpec,
+    NodeSpec,
+    QueueSpec,
+    SubGroupSetSpec,
+    TaskSpec,
+)
+from kai_ray.model.resources import CPU, GPU, MEMORY, NUM_RESOURCES, PODS
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why an object was left out of the snapshot."""
+
+    kind: str
+    name: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name}: {self.field}: {self.message}"
+
+
+@dataclass
+class NodeTable:
+    """Static node facts, one row per node, rows in name order."""
+
+    names: list[str]
+    allocatable: np.ndarray
+    gpu_memory: np.ndarray
+    gpu_memory_synced: np.ndarray
+    schedulable: np.ndarray
+    specs: list[NodeSpec]
+    index: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.index = {name: i for i, name in enumerate(self.names)}
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+@dataclass
+class Snapshot:
+    """Everything a session reads, validated and indexed."""
+
+    nodes: NodeTable
+    queues: dict[str, QueueSpec]
+    children: dict[str, list[str]]
+    jobs: list[JobSpec]
+    now: float
+    problems: list[Problem]
+
+    def is_leaf(self, queue: str) -> bool:
+        return queue in self.queues and not self.children[queue]
+
+    def ancestry(self, queue: str) -> list[str]:
+        """The queue and its ancestors, leaf first."""
+        chain = []
+        current: str | None = queue
+        while current is not None:
+            chain.append(current)
+            current = self.queues[current].parent
+        return chain
+
+
+def node_table(nodes: list[NodeSpec]) -> NodeTable:
+    ordered = sorted(nodes, key=lambda n: n.name)
+    alloc = np.zeros((len(ordered), NUM_RESOURCES))
+    for i, node in enumerate(ordered):
+        alloc[i, CPU] = node.cpu_millis
+        alloc[i, MEMORY] = node.memory
+        alloc[i, GPU] = node.gpus
+        alloc[i, PODS] = node.max_pods
+    return NodeTable(
+        names=[n.name for n in ordered],
+        allocatable=alloc,
+        gpu_memory=np.array([n.gpu_memory_mib for n in ordered], dtype=np.float64),
+        gpu_memory_synced=np.array([n.gpu_memory_synced for n in ordered], dtype=bool),
+        schedulable=np.array([n.ready and not n.unschedulable for n in ordered], dtype=bool),
+        specs=ordered,
+    )
+
+
+def compile_snapshot(state: ClusterState) -> Snapshot:
+    problems: list[Problem] = []
+    nodes = _unique_nodes(state.nodes, problems)
+    table = node_table(nodes)
+    queues = _valid_queues(state.queues, problems)
+    children: dict[str, list[str]] = {name: [] for name in queues}
+    for queue in sorted(queues.values(), key=lambda q: (q.created, q.name)):
+        if queue.parent is not None:
+            children[queue.parent].append(queue.name)
+    jobs = [job for job in state.jobs if _job_is_valid(job, queues, children, table, problems)]
+    return Snapshot(table, queues, children, jobs, state.now, problems)
+
+
+def _unique_nodes(nodes: list[NodeSpec], problems: list[Problem]) -> list[NodeSpec]:
+    seen: dict[str, NodeSpec] = {}
+    for node in nodes:
+        if node.name in seen:
+            problems.append(Problem("Node", node.name, "metadata.name", "duplicate node; the later one is ignored"))
+            continue
+        if min(node.cpu_millis, node.memory, node.gpus, node.max_pods) < 0:
+            problems.append(Problem("Node", node.name, "status.allocatable", "negative allocatable resource"))
+            continue
+        seen[node.name] = node
+    return list(seen.values())
+
+
+def _valid_queues(queues: list[QueueSpec], problems: list[Problem]) -> dict[str, QueueSpec]:
+    """Drops duplicate queues, parent cycles and orphans (with all their descendants)."""
+    by_name: dict[str, QueueSpec] = {}
+    for queue in queues:
+        if queue.name in by_name:
+            problems.append(Problem("Queue", queue.name, "metadata.name", "duplicate queue; the later one is ignored"))
+            continue
+        by_name[queue.name] = queue
+    valid: dict[str, QueueSpec] = {}
+    for name in sorted(by_name):
+        reason = _queue_chain_problem(name, by_name)
+        if reason is None:
+            valid[name] = by_name[name]
+        else:
+            problems.append(Problem("Queue", name, "spec.parentQueue", reason))
+    return valid
+
+
+def _queue_chain_problem(name: str, by_name: dict[str, QueueSpec]) -> str | None:
+    seen = {name}
+    current = by_name[name].parent
+    while current is not None:
+        if current not in by_name:
+            return f"ancestor queue {current!r} does not exist"
+        if current in seen:
+            return "the queue is part of a parent cycle"
+        seen.add(current)
+        current = by_name[current].parent
+    return None
+
+
+def _job_is_valid(
+    job: JobSpec,
+    queues: dict[str, QueueSpec],
+    children: dict[str, list[str]],
+    nodes: NodeTable,
+    problems: list[Problem],
+) -> bool:
+    def report(field_name: str, message: str) -> bool:
+        problems.append(Problem("PodGroup", job.key, field_name, message))
+        return False
+
+    if job.queue not in queues:
+        return report("spec.queue", f"queue {job.queue!r} does not exist")
+    if children[job.queue]:
+        return report("spec.queue", f"queue {job.queue!r} is not a leaf queue")
+    tree_problem = _subgroup_tree_problem(job.subgroups)
+    if tree_problem:
+        return report("spec.subGroups", tree_problem)
+    pod_sets = {p.name for p in job.subgroups.all_pod_sets()}
+    for task in job.tasks:
+        task_problem = _task_problem(task, pod_sets, nodes)
+        if task_problem:
+            return report(f"pods[{task.name}]", task_problem)
+    return True
+
+
+def _subgroup_tree_problem(tree: SubGroupSetSpec) -> str | None:
+    names: list[str] = []
+
+    def walk(node: SubGroupSetSpec) -> str | None:
+        members = len(node.subgroup_sets) + len(node.pod_sets)
+        if node.min_subgroups is not None and not 0 <= node.min_subgroups <= members:
+            return f"subgroup {node.name or '<root>'!r} needs {node.min_subgroups} of {members} members"
+        for pod_set in node.pod_sets:
+            if pod_set.min_available < 0:
+                return f"subgroup {pod_set.name!r} has a negative minMember"
+            names.append(pod_set.name)
+        for child in node.subgroup_sets:
+            names.append(child.name)
+            found = walk(child)
+            if found:
+                return found
+        return None
+
+    found = walk(tree)
+    if found:
+        return found
+    if len(names) != len(set(names)):
+        return "subgroup names are not unique"
+    return None
+
+
+def _task_problem(task: TaskSpec, pod_sets: set[str], nodes: NodeTable) -> str | None:
+    if task.subgroup not in pod_sets:
+        return f"names subgroup {task.subgroup!r} that the PodGroup does not have"
+    if min(task.cpu_millis, task.memory, task.gpu, task.gpu_memory_mib) < 0:
+        return "negative resource request"
+    if task.gpu > 1 and not float(task.gpu).is_integer():
+        return f"GPU request {task.gpu} is neither whole nor a fraction below 1"
+    if task.node is not None and task.node not in nodes.index and task.status.value not in ("Pending", "Gated"):
+        return f"placed on node {task.node!r} that does not exist"
+    return None
