@@ -5,6 +5,7 @@ This package imports nothing else of kai-ray, so operators and external tools
 can depend on it alone.
 """
 
+from kai_ray.api._errors import format_path
 from kai_ray.api.bindrequest import BindRequest, BindRequestSpec, BindRequestStatus, ReceivedGPU
 from kai_ray.api.core import (
     Affinity,
@@ -65,6 +66,7 @@ __all__ = [
     "TopologyConstraint",
     "TopologyLevel",
     "TopologySpec",
+    "format_path",
     "load_manifest_text",
     "load_manifests",
     "parse_duration",

@@ -33,18 +33,23 @@ class GpuGroup:
         )
 
     @property
-    def idle_memory(self) -> float:
-        """Memory free right now (releasing tasks still hold theirs)."""
-        return self.memory - self._mem(exclude={TaskStatus.PIPELINED})
-
-    @property
-    def releasing_memory(self) -> float:
-        return self._mem({TaskStatus.RELEASING}) - self._mem({TaskStatus.PIPELINED})
-
-    @property
-    def allocated_memory(self) -> float:
-        """Memory held by tasks that are not on their way out."""
+    def held_memory(self) -> float:
+        """Memory that stays taken once releasing tasks are gone (running and pipelined)."""
         return self._mem(exclude={TaskStatus.RELEASING})
+
+    @property
+    def idle_memory(self) -> float:
+        """Memory usable right now; a device only pipelined tasks wait on has none yet."""
+        if not self._has_active():
+            return 0.0
+        return self.memory - self._mem()
+
+    def _has_active(self) -> bool:
+        return any(s not in (TaskStatus.RELEASING, TaskStatus.PIPELINED) for _, s in self.members.values())
+
+    @property
+    def free_memory_after_release(self) -> float:
+        return self.memory - self.held_memory
 
     @property
     def fully_releasing(self) -> bool:
@@ -123,7 +128,7 @@ class NodeState:
             group = self.groups[row][group_id]
             if group.fully_releasing:
                 continue
-            free = group.idle_memory if idle_only else group.idle_memory + group.releasing_memory
+            free = group.idle_memory if idle_only else group.free_memory_after_release
             if free + 1e-9 >= memory:
                 found.append((group_id, group))
         return found

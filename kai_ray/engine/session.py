@@ -63,7 +63,9 @@ class Session:
             self.jobs.append(job)
             for task in job.tasks:
                 self._add(task)
-                if task.status == TaskStatus.PENDING:
+                if task.uid in self._charges:
+                    self.queues.add_request(job.queue, self._charges[task.uid])
+                elif task.status == TaskStatus.PENDING:
                     self.queues.add_request(job.queue, self.fairness_request([task], self.min_gpu_memory))
 
     def _build_plugins(self) -> list[Plugin]:

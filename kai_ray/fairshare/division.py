@@ -23,7 +23,11 @@ _MAX_REMAINDER_GRANT = 1.0
 
 @dataclass(frozen=True)
 class QueueDemand:
-    """One queue's inputs to the division of a single resource."""
+    """One queue's inputs to the division of a single resource.
+
+    `deserved` and `limit` use -1 for "unlimited"; `usage` is the normalised history U of §7 (0 = none).
+    `created` and `name` only break ties, so callers need not pre-sort.
+    """
 
     name: str
     deserved: float

@@ -151,6 +151,20 @@ def test_an_integral_share_keeps_the_earlier_remainder() -> None:
     assert shares == pytest.approx({"A": 0, "B": 0.5, "C": 1.5})
 
 
+def test_a_queue_satisfied_in_a_later_round_loses_its_remainder() -> None:
+    # Round 1 (shares 0.4 / 0.4 / 1.2): A and B floor to 0 with remainders 0.4, C is satisfied. Round 2
+    # satisfies A and B exactly, so phase 3 has nobody to give the last 0.5 to: it stays undivided.
+    shares = divide(
+        2,
+        [
+            queue("A", weight=1, request=0.5),
+            queue("B", weight=1, request=0.5),
+            queue("C", weight=3, request=0.5),
+        ],
+    )
+    assert shares == pytest.approx({"A": 0.5, "B": 0.5, "C": 0.5})
+
+
 def test_limit_caps_the_share_and_frees_surplus_for_others() -> None:
     shares = divide(10, [queue("A", weight=1, request=10, limit=3), queue("B", weight=1, request=10)])
     assert shares == pytest.approx({"A": 3, "B": 7})

@@ -1,0 +1,205 @@
+"""A Pod manifest → `TaskSpec`: requests, GPU-sharing annotations, placement constraints, status.
+
+Each rule follows what KAI's scheduler derives from a pod (spec/scheduling.md
+§1.3 for requests and statuses, §17 for GPU sharing), so a pod file means the
+same request here as there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kai_ray.api import Manifest, Pod, parse_quantity
+from kai_ray.api.constants import (
+    DEFAULT_SUBGROUP,
+    GPU_FRACTION,
+    GPU_FRACTION_NUM_DEVICES,
+    GPU_MEMORY,
+    RESOURCE_CPU,
+    RESOURCE_GPU,
+    RESOURCE_MEMORY,
+    SUBGROUP_LABEL,
+    TASK_PRIORITY_LABEL,
+)
+from kai_ray.api.core import Container, PodSpec
+from kai_ray.api.quantity import QuantityError
+from kai_ray.cluster.sim._convert_common import Invalid, annotation_field, created, epoch, label_field
+from kai_ray.model.objects import AffinityRequirement, TaskSpec, TaskStatus, Toleration
+
+STUCK_IN_RELEASING_SECONDS = 120.0
+"""A Running pod deleted longer ago than this is StuckInReleasing (KAI's default threshold)."""
+_REQUIRED_TERMS = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+
+Resources = dict[str, float]
+
+
+@dataclass(frozen=True)
+class PodContext:
+    """What a pod's status depends on besides the pod: the clock, nodes and live BindRequests."""
+
+    now: float
+    nodes: frozenset[str]
+    binding: dict[tuple[str, str], str]
+    """(namespace, pod name) → selected node, for BindRequests that have not failed."""
+
+
+@dataclass(frozen=True)
+class _GpuRequest:
+    gpu: float = 0.0
+    devices: int = 1
+    memory_mib: int = 0
+
+
+def task_from_pod(manifest: Manifest[Pod], context: PodContext) -> TaskSpec:
+    pod = manifest.obj
+    requests = pod_requests(pod.spec)
+    gpu = gpu_request(pod.metadata.annotations, requests.get(RESOURCE_GPU, 0.0))
+    status, node = task_status(pod, context)
+    return TaskSpec(
+        name=pod.metadata.name,
+        status=status,
+        node=node,
+        cpu_millis=requests.get(RESOURCE_CPU, 0.0) * 1000,
+        memory=requests.get(RESOURCE_MEMORY, 0.0),
+        gpu=gpu.gpu,
+        gpu_devices=gpu.devices,
+        gpu_memory_mib=gpu.memory_mib,
+        subgroup=pod.metadata.labels.get(SUBGROUP_LABEL, DEFAULT_SUBGROUP),
+        node_affinity=node_affinity(pod.spec),
+        node_selector=dict(pod.spec.node_selector),
+        tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in pod.spec.tolerations),
+        task_priority=_task_priority(pod.metadata.labels),
+        labels=dict(pod.metadata.labels),
+        created=created(manifest),
+    )
+
+
+def pod_requests(spec: PodSpec) -> Resources:
+    """Σ containers + Σ native sidecars, at least each init container's peak, plus overhead."""
+    running = _sum(_container_requests(c) for c in spec.containers)
+    sidecars: Resources = {}
+    init_peak: Resources = {}
+    for init in spec.init_containers:
+        if init.restart_policy == "Always":
+            sidecars = _sum([sidecars, _container_requests(init)])
+        else:
+            init_peak = _max(init_peak, _sum([sidecars, _container_requests(init)]))
+    overhead = {name: parse_quantity(value) for name, value in spec.overhead.items()}
+    return _sum([_max(_sum([running, sidecars]), init_peak), overhead])
+
+
+def _container_requests(container: Container) -> Resources:
+    """Requests, with limits standing in where no request is given (the API server's defaulting)."""
+    merged = {**container.resources.limits, **container.resources.requests}
+    return {name: parse_quantity(value) for name, value in merged.items()}
+
+
+def _sum(parts: Iterable[Resources]) -> Resources:
+    total: Resources = {}
+    for part in parts:
+        for name, amount in part.items():
+            total[name] = total.get(name, 0.0) + amount
+    return total
+
+
+def _max(left: Resources, right: Resources) -> Resources:
+    return {name: max(left.get(name, 0.0), right.get(name, 0.0)) for name in left.keys() | right.keys()}
+
+
+def gpu_request(annotations: dict[str, str], whole_gpus: float) -> _GpuRequest:
+    """Whole GPUs from `nvidia.com/gpu`, or a shared request from the GPU-sharing annotations.
+
+    `gpu-fraction` wins over `gpu-memory` (§17); combining a fraction with
+    whole GPUs, or giving a device count alone, is refused as KAI's admission does.
+    """
+    fraction = _fraction(annotations)
+    memory = _positive_int(annotations, GPU_MEMORY)
+    devices = _positive_int(annotations, GPU_FRACTION_NUM_DEVICES)
+    if (fraction or memory) and whole_gpus:
+        field = annotation_field(GPU_FRACTION if fraction else GPU_MEMORY)
+        raise Invalid(field, f"cannot be combined with a {RESOURCE_GPU} request")
+    if devices and not (fraction or memory):
+        raise Invalid(annotation_field(GPU_FRACTION_NUM_DEVICES), f"needs {GPU_FRACTION} or {GPU_MEMORY}")
+    if fraction:
+        return _GpuRequest(gpu=fraction, devices=devices or 1)
+    if memory:
+        return _GpuRequest(memory_mib=memory, devices=devices or 1)
+    return _GpuRequest(gpu=whole_gpus)
+
+
+def _fraction(annotations: dict[str, str]) -> float | None:
+    text = annotations.get(GPU_FRACTION)
+    if text is None:
+        return None
+    try:
+        value: float | None = parse_quantity(text)
+    except QuantityError:
+        value = None
+    if value is None or not 0.0 < value <= 1.0:
+        raise Invalid(annotation_field(GPU_FRACTION), f"must be a number in (0, 1], got {text!r}")
+    return value
+
+
+def _positive_int(annotations: dict[str, str], key: str) -> int | None:
+    text = annotations.get(key)
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) == 0:
+        raise Invalid(annotation_field(key), f"must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def _task_priority(labels: dict[str, str]) -> int | None:
+    text = labels.get(TASK_PRIORITY_LABEL)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise Invalid(label_field(TASK_PRIORITY_LABEL), f"must be an integer, got {text!r}") from None
+
+
+def node_affinity(spec: PodSpec) -> tuple[AffinityRequirement, ...]:
+    """Required node-affinity expressions; a single term only, since the engine ANDs expressions."""
+    affinity = spec.affinity.node_affinity if spec.affinity else None
+    required = affinity.required_during_scheduling_ignored_during_execution if affinity else None
+    terms = required.node_selector_terms if required else []
+    if not terms:
+        return ()
+    if len(terms) > 1:
+        raise Invalid(_REQUIRED_TERMS, f"only one term is supported (terms are ORed), got {len(terms)}")
+    if terms[0].match_fields:
+        raise Invalid(f"{_REQUIRED_TERMS}[0].matchFields", "matchFields is not supported; use matchExpressions")
+    return tuple(AffinityRequirement(e.key, e.operator, tuple(e.values)) for e in terms[0].match_expressions)
+
+
+def task_status(pod: Pod, context: PodContext) -> tuple[TaskStatus, str | None]:
+    """KAI's pod state (spec/kubernetes-api.md §12) and the node the pod occupies, if any."""
+    phase, node = pod.status.phase, pod.spec.node_name or None
+    if node is not None and node not in context.nodes:
+        raise Invalid("spec.nodeName", f"node {node!r} does not exist")
+    if phase in ("Succeeded", "Failed"):
+        return TaskStatus(phase), node
+    if phase not in ("Pending", "Running"):
+        raise Invalid("status.phase", f"unsupported phase {phase!r}")
+    if phase == "Running" and node is None:
+        raise Invalid("spec.nodeName", "a Running pod must name its node")
+    deleted = epoch(pod.metadata.deletion_timestamp)
+    if deleted is not None:
+        stuck = phase == "Running" and context.now - deleted > STUCK_IN_RELEASING_SECONDS
+        return (TaskStatus.STUCK_IN_RELEASING if stuck else TaskStatus.RELEASING), node
+    return _live_status(pod, node, context)
+
+
+def _live_status(pod: Pod, node: str | None, context: PodContext) -> tuple[TaskStatus, str | None]:
+    if pod.status.phase == "Running":
+        return TaskStatus.RUNNING, node
+    if node is not None:
+        return TaskStatus.BOUND, node
+    selected = context.binding.get((pod.metadata.namespace or "", pod.metadata.name))
+    if selected is not None:
+        return TaskStatus.BINDING, selected
+    if pod.spec.scheduling_gates:
+        return TaskStatus.GATED, None
+    return TaskStatus.PENDING, None
