@@ -44,8 +44,9 @@ class CrdModel(BaseModel):
 
 
 def _check_quantity(value: Any) -> str:
+    """Accept YAML numbers as well as strings, but store and validate the string form."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
+        value = str(value)
     if isinstance(value, str):
         try:
             parse_quantity(value)

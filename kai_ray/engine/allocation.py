@@ -23,8 +23,9 @@ def allocate_job(
     *,
     pipeline_only: bool = False,
     node_mask: np.ndarray | None = None,
+    extra_pending: frozenset[int] | set[int] = frozenset(),
 ) -> bool:
-    tasks = tasks_to_allocate(session, job)
+    tasks = tasks_to_allocate(session, job, extra_pending)
     if not tasks:
         return False
     for plugin in session.plugins:

@@ -7,6 +7,10 @@ from collections.abc import Callable
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.actions.allocate import allocate
+from kai_ray.engine.actions.consolidation import consolidation
+from kai_ray.engine.actions.preempt import preempt
+from kai_ray.engine.actions.reclaim import reclaim
+from kai_ray.engine.actions.stale_gang import stale_gang_eviction
 from kai_ray.engine.plan import Plan, build_plan
 from kai_ray.engine.session import Session
 from kai_ray.model.snapshot import Snapshot
@@ -15,6 +19,10 @@ Action = Callable[[Session], None]
 
 ACTIONS: dict[str, Action] = {
     "allocate": allocate,
+    "consolidation": consolidation,
+    "reclaim": reclaim,
+    "preempt": preempt,
+    "stalegangeviction": stale_gang_eviction,
 }
 
 

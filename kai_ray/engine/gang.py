@@ -12,29 +12,34 @@ from kai_ray.engine.session import Session
 from kai_ray.model.objects import TaskStatus
 
 
-def tasks_to_allocate(session: Session, job: Job) -> list[Task]:
-    return _collect(session, job.root)
+NO_EXTRA: frozenset[int] = frozenset()
 
 
-def _collect(session: Session, node: SubGroupSet) -> list[Task]:
+def tasks_to_allocate(session: Session, job: Job, extra_pending: frozenset[int] | set[int] = NO_EXTRA) -> list[Task]:
+    """`extra_pending`: uids of evicted tasks a victim simulation may place again."""
+    return _collect(session, job.root, extra_pending)
+
+
+def _collect(session: Session, node: SubGroupSet, extra: frozenset[int] | set[int]) -> list[Task]:
     members = session.sorted_members(node)
     if not node.min_satisfied():
         found: list[Task] = []
         for member in members[: node.min_members()]:
             if not member.min_satisfied():
-                found.extend(_member_tasks(session, member))
+                found.extend(_member_tasks(session, member, extra))
         return found
     for member in members:
-        tasks = _member_tasks(session, member)
+        tasks = _member_tasks(session, member, extra)
         if tasks:
             return tasks
     return []
 
 
-def _member_tasks(session: Session, member: SubGroupSet | PodSet) -> list[Task]:
+def _member_tasks(session: Session, member: SubGroupSet | PodSet, extra: frozenset[int] | set[int]) -> list[Task]:
     if isinstance(member, SubGroupSet):
-        return _collect(session, member)
-    pending = session.sorted_tasks(member.pending())
+        return _collect(session, member, extra)
+    waiting = [t for t in member.tasks if t.status == TaskStatus.PENDING or (t.uid in extra and t.status == TaskStatus.RELEASING)]
+    pending = session.sorted_tasks(waiting)
     if member.min_satisfied():
         return pending[:1]
     return pending[: member.min_available - member.active_allocated()]

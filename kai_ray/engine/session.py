@@ -42,6 +42,7 @@ class Session:
         self.jobs: list[Job] = []
         self.job_reasons: dict[str, str] = {}
         self.eviction_reasons: dict[int, str] = {}
+        self.stale_since: dict[str, float] = {}
         self.committed: list[Operation] = []
         self._charges: dict[int, np.ndarray] = {}
         self._in_session = False

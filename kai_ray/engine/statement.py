@@ -50,6 +50,13 @@ class Statement:
     def evict(self, task: Task) -> None:
         self._record(task, Placement(TaskStatus.RELEASING, task.node, task.groups))
 
+    def restore(self, task: Task) -> None:
+        """Put a task back where it was when this statement first touched it (un-evict)."""
+        for operation in self.operations:
+            if operation.task is task:
+                self._record(task, operation.before)
+                return
+
     def checkpoint(self) -> int:
         return len(self.operations)
 

@@ -51,7 +51,7 @@ def gpu_memory_mib(labels: dict[str, str]) -> int | None:
     text = labels.get(NODE_GPU_MEMORY_LABEL)
     if text is None:
         return None
-    if not text.isdigit():
+    if not text.isdecimal():
         raise Invalid(label_field(NODE_GPU_MEMORY_LABEL), f"must be a whole number of MiB, got {text!r}")
     value = int(text)
     mib = value // _MIB if value >= _MIB else value

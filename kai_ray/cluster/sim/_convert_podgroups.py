@@ -91,12 +91,16 @@ def subgroup_tree(spec: PodGroupSpec) -> SubGroupSetSpec:
     return _subtree("", spec.min_sub_group, spec.sub_groups, inner)
 
 
-def _subtree(name: str, min_subgroups: int | None, groups: list[SubGroup], inner: set[str]) -> SubGroupSetSpec:
+def _subtree(
+    name: str, min_subgroups: int | None, groups: list[SubGroup], inner: set[str]
+) -> SubGroupSetSpec:
     children = [g for g in groups if (g.parent or "") == name]
     return SubGroupSetSpec(
         name=name,
         min_subgroups=min_subgroups,
-        subgroup_sets=tuple(_subtree(g.name, g.min_sub_group, groups, inner) for g in children if g.name in inner),
+        subgroup_sets=tuple(
+            _subtree(g.name, g.min_sub_group, groups, inner) for g in children if g.name in inner
+        ),
         pod_sets=tuple(PodSetSpec(g.name, g.min_member or 0) for g in children if g.name not in inner),
     )
 

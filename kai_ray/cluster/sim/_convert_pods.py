@@ -29,7 +29,9 @@ from kai_ray.model.objects import AffinityRequirement, TaskSpec, TaskStatus, Tol
 
 STUCK_IN_RELEASING_SECONDS = 120.0
 """A Running pod deleted longer ago than this is StuckInReleasing (KAI's default threshold)."""
-_REQUIRED_TERMS = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+_REQUIRED_TERMS = (
+    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+)
 
 Resources = dict[str, float]
 
@@ -145,7 +147,7 @@ def _positive_int(annotations: dict[str, str], key: str) -> int | None:
     text = annotations.get(key)
     if text is None:
         return None
-    if not text.isdigit() or int(text) == 0:
+    if not text.isdecimal() or int(text) == 0:
         raise Invalid(annotation_field(key), f"must be a positive integer, got {text!r}")
     return int(text)
 
@@ -170,7 +172,9 @@ def node_affinity(spec: PodSpec) -> tuple[AffinityRequirement, ...]:
     if len(terms) > 1:
         raise Invalid(_REQUIRED_TERMS, f"only one term is supported (terms are ORed), got {len(terms)}")
     if terms[0].match_fields:
-        raise Invalid(f"{_REQUIRED_TERMS}[0].matchFields", "matchFields is not supported; use matchExpressions")
+        raise Invalid(
+            f"{_REQUIRED_TERMS}[0].matchFields", "matchFields is not supported; use matchExpressions"
+        )
     return tuple(AffinityRequirement(e.key, e.operator, tuple(e.values)) for e in terms[0].match_expressions)
 
 

@@ -106,7 +106,9 @@ def _queue_spec(manifest: Manifest[Queue]) -> QueueSpec:
 
 
 def _quota(resource: QueueResource, unit: float) -> ResourceQuota:
-    return ResourceQuota(_scaled(resource.quota, unit), _scaled(resource.limit, unit), resource.over_quota_weight)
+    return ResourceQuota(
+        _scaled(resource.quota, unit), _scaled(resource.limit, unit), resource.over_quota_weight
+    )
 
 
 def _scaled(amount: float, unit: float) -> float:

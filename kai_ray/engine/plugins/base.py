@@ -68,6 +68,10 @@ class Plugin:
         """Why allocating these tasks would break a queue rule, or None."""
         return None
 
+    def non_preemptible_quota_problem(self, job: Job, tasks: list[Task]) -> str | None:
+        """Why a non-preemptible job may not grow past its queues' deserved quota (§13)."""
+        return None
+
     def node_capacity_problem(self, task: Task, accepted_gpus: float) -> str | None:
         """Like `job_capacity_problem`, for one task with the GPU amount a node would grant."""
         return None

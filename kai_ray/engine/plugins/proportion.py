@@ -68,6 +68,10 @@ class ProportionPlugin(Plugin):
         vector = self.session.fairness_request(tasks, self.session.max_gpu_memory)
         return self._capacity_problem(job, vector)
 
+    def non_preemptible_quota_problem(self, job: Job, tasks: list[Task]) -> str | None:
+        vector = self.session.fairness_request(tasks, self.session.max_gpu_memory)
+        return self._quota_problem(job, vector)
+
     def node_capacity_problem(self, task: Task, accepted_gpus: float) -> str | None:
         vector = np.array([task.spec.cpu_millis, task.spec.memory, accepted_gpus])
         return self._capacity_problem(task.job, vector)
@@ -79,8 +83,13 @@ class ProportionPlugin(Plugin):
             over = (limit != UNLIMITED) & (vector > 0) & (book.allocated[row] + vector > limit + EPSILON)
             if over.any():
                 return _describe(book.names[row], "limit", over, book.allocated[row], vector, limit)
-            if job.spec.preemptible:
-                continue
+        return self._quota_problem(job, vector)
+
+    def _quota_problem(self, job: Job, vector: np.ndarray) -> str | None:
+        if job.spec.preemptible:
+            return None
+        book = self.session.queues
+        for row in book.chains[job.queue]:
             deserved = book.deserved[row]
             used = book.allocated_non_preemptible[row]
             over = (deserved != UNLIMITED) & (vector > 0) & (used + vector > deserved + EPSILON)

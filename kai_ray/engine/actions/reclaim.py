@@ -1,0 +1,175 @@
+"""Reclaim (§12): a queue below its fair share takes resources back from other queues.
+
+Every comparison between reclaimer and victim happens at the level where
+their branches of the queue tree split ("leveled" queues), so a department
+is judged against a department and a project against a sibling project.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from kai_ray.engine.actions.victim_action import run_victim_action
+from kai_ray.engine.gang import tasks_to_allocate
+from kai_ray.engine.jobs import Job, Task
+from kai_ray.engine.minruntime import MinRuntime
+from kai_ray.engine.session import Session
+from kai_ray.engine.solver import Outcome, VictimPolicy
+from kai_ray.model.objects import ACTIVE_ALLOCATED, UNLIMITED
+from kai_ray.model.resources import EPSILON
+
+SATURATION_ARGUMENT = "relcaimerSaturationMultiplier"
+
+
+def leveled_pair(session: Session, reclaimer_leaf: str, victim_leaf: str) -> tuple[str, str]:
+    """The two sibling queues where the reclaimer's and the victim's branches diverge."""
+    ours = list(reversed(session.snapshot.ancestry(reclaimer_leaf)))
+    theirs = list(reversed(session.snapshot.ancestry(victim_leaf)))
+    for mine, other in zip(ours, theirs, strict=False):
+        if mine != other:
+            return mine, other
+    return ours[-1], theirs[-1]
+
+
+def _over(values: np.ndarray, bound: np.ndarray) -> bool:
+    """Above the bound in some resource; an unlimited (-1) bound is never exceeded."""
+    return bool(np.any((bound != UNLIMITED) & (values > bound + EPSILON)))
+
+
+def _within(values: np.ndarray, bound: np.ndarray) -> bool:
+    return bool(np.all((bound == UNLIMITED) | (values <= bound + EPSILON)))
+
+
+class ReclaimPolicy:
+    def __init__(self, session: Session, reclaimer: Job, request: np.ndarray) -> None:
+        self.session = session
+        self.book = session.queues
+        self.reclaimer = reclaimer
+        self.request = request
+        self.allocated = self.book.allocated.copy()
+        self.min_runtime = MinRuntime(session)
+        multiplier = float(session.config.plugin_arguments("proportion").get(SATURATION_ARGUMENT, "1.0"))
+        self.multiplier = max(multiplier, 1.0)
+
+    def _row(self, queue: str) -> int:
+        return self.book.index[queue]
+
+    def _reclaimer_under_quota(self, queue: str) -> bool:
+        row = self._row(queue)
+        return _within(self.allocated[row] + self.request, self.book.deserved[row])
+
+    def is_candidate(self, reclaimer: Job, victim: Job) -> bool:
+        if victim.queue == reclaimer.queue or not victim.spec.preemptible or not victim.has_status(ACTIVE_ALLOCATED):
+            return False
+        if not self.min_runtime.is_candidate(victim, self.min_runtime.reclaim_runtime(reclaimer, victim)):
+            return False
+        ours, theirs = leveled_pair(self.session, reclaimer.queue, victim.queue)
+        victim_row = self._row(theirs)
+        allocated = self.allocated[victim_row]
+        if not self._reclaimer_under_quota(ours):
+            return _over(allocated, self.book.allocatable_share(victim_row))
+        deserved = self.book.deserved[victim_row]
+        relevant = (self.request > 0) & (deserved != UNLIMITED)
+        over = bool(np.any(relevant & (allocated > deserved + EPSILON)))
+        under = bool(np.any(relevant & (allocated + EPSILON < deserved)))
+        return over or not under
+
+    def accepts(self, outcome: Outcome) -> bool:
+        remaining = self.allocated.copy()
+        if not self._chunks_justified(outcome, remaining):
+            return False
+        if not self._reclaimer_within_bounds(remaining):
+            return False
+        runtimes = {t.job: self.min_runtime.reclaim_runtime(self.reclaimer, t.job) for t in outcome.victims}
+        return self.min_runtime.allows(outcome.evicted(), runtimes)
+
+    def _chunks_justified(self, outcome: Outcome, remaining: np.ndarray) -> bool:
+        for leaf, chunk in _chunks(self.session, outcome):
+            ours, theirs = leveled_pair(self.session, self.reclaimer.queue, leaf)
+            victim_row = self._row(theirs)
+            maintain = _over(remaining[victim_row], self.book.allocatable_share(victim_row))
+            guarantee = self._reclaimer_under_quota(ours) and _over(remaining[victim_row], self.book.deserved[victim_row])
+            if not (maintain or guarantee):
+                return False
+            remaining[self.book.chains[leaf]] -= chunk
+        return True
+
+    def _reclaimer_within_bounds(self, remaining: np.ndarray) -> bool:
+        book = self.book
+        non_preemptible = not self.reclaimer.spec.preemptible
+        for row in book.chains[self.reclaimer.queue]:
+            alloc = remaining[row] + self.request
+            if non_preemptible and not _within(book.allocated_non_preemptible[row] + self.request, book.deserved[row]):
+                return False
+            for sibling in self._siblings(row):
+                lost = self.allocated[sibling] - remaining[sibling]
+                if not np.any(lost > EPSILON):
+                    continue
+                involved = (self.request > 0) | (lost > EPSILON)
+                if self._too_saturated(alloc, row, remaining[sibling], sibling, involved):
+                    return False
+        return True
+
+    def _too_saturated(self, alloc: np.ndarray, row: int, left: np.ndarray, sibling: int, involved: np.ndarray) -> bool:
+        ours_share, theirs_share = self.book.fair_share[row], self.book.fair_share[sibling]
+        for r in np.flatnonzero(involved):
+            ours = _ratio(alloc[r], ours_share[r])
+            theirs = _ratio(left[r], theirs_share[r])
+            if ours > 1 + EPSILON and theirs_share[r] > 0 and ours * self.multiplier >= theirs - EPSILON:
+                return True
+        return False
+
+    def _siblings(self, row: int) -> list[int]:
+        parent = self.book.specs[row].parent
+        names = self.book.children[parent] if parent is not None else self.book.top_level()
+        return [self.book.index[n] for n in names if self.book.index[n] != row]
+
+    def eviction_reason(self, preemptor: Job, victim: Task) -> str:
+        return f"reclaimed for queue {preemptor.queue}, job {preemptor.name}"
+
+
+def _ratio(value: float, share: float) -> float:
+    if share == 0:
+        return float("inf") if value > 0 else 0.0
+    return float(value / share)
+
+
+def _chunks(session: Session, outcome: Outcome) -> Iterator[tuple[str, np.ndarray]]:
+    """Per victim job: each pod beyond its pod sets' minimum alone, then the core together."""
+    evicted = outcome.evicted()
+    jobs = list(dict.fromkeys(t.job for t in evicted))
+    for job in jobs:
+        core = np.zeros(3)
+        taken: dict[str, int] = {}
+        elastic: list[np.ndarray] = []
+        for task in (t for t in evicted if t.job is job):
+            pod_set = task.pod_set.name if task.pod_set else ""
+            vector = session.placed_fairness(task, task.node) if task.node is not None else np.zeros(3)
+            taken[pod_set] = taken.get(pod_set, 0) + 1
+            if task.pod_set is not None and taken[pod_set] > task.pod_set.min_available:
+                elastic.append(vector)
+            else:
+                core = core + vector
+        for vector in elastic:
+            yield job.queue, vector
+        if np.any(core > 0) or not elastic:
+            yield job.queue, core
+
+
+def _make_policy(session: Session, job: Job) -> VictimPolicy | None:
+    book = session.queues
+    request = session.fairness_request(tasks_to_allocate(session, job), session.min_gpu_memory)
+    row = book.index[job.queue]
+    if not _within(book.allocated[row] + request, np.maximum(book.fair_share[row], 0.0)):
+        session.note_reason(job, f"queue {job.queue} would exceed its fair share, so it may not reclaim")
+        return None
+    if not job.spec.preemptible and not _within(book.allocated_non_preemptible[row] + request, book.deserved[row]):
+        session.note_reason(job, f"queue {job.queue} has no deserved quota left for a non-preemptible job")
+        return None
+    return ReclaimPolicy(session, job, request)
+
+
+def reclaim(session: Session) -> None:
+    run_victim_action(session, _make_policy, lambda job: True)

@@ -1,0 +1,42 @@
+"""Stale gang eviction (§8.6): a gang that fell below its minimum is evicted after a grace period."""
+
+from __future__ import annotations
+
+from kai_ray.engine.jobs import Job
+from kai_ray.engine.session import Session
+from kai_ray.engine.statement import Statement
+from kai_ray.model.objects import ACTIVE_ALLOCATED, ACTIVE_USED, TaskStatus
+
+
+def is_stale(job: Job) -> bool:
+    if any(t.status == TaskStatus.SUCCEEDED for t in job.tasks):
+        return False
+    if not job.has_status(ACTIVE_USED):
+        return False
+    return any(p.count(ACTIVE_USED) < p.min_available for p in job.pod_sets.values())
+
+
+def stale_gang_eviction(session: Session) -> None:
+    for job in session.jobs:
+        if not is_stale(job):
+            session.stale_since.pop(job.name, None)
+            continue
+        since = job.spec.stale_since if job.spec.stale_since is not None else session.now
+        session.stale_since[job.name] = since
+        grace = job.spec.staleness_grace
+        if grace is None:
+            grace = session.config.default_staleness_grace_seconds
+        if grace < 0 or session.now - since < grace:
+            continue
+        _evict_gang(session, job, session.now - since)
+
+
+def _evict_gang(session: Session, job: Job, stale_for: float) -> None:
+    running = sum(p.count(ACTIVE_USED) for p in job.pod_sets.values())
+    needed = sum(p.min_available for p in job.pod_sets.values())
+    statement = Statement(session)
+    for task in job.tasks:
+        if task.status in ACTIVE_ALLOCATED:
+            statement.evict(task)
+            session.eviction_reasons[task.uid] = f"stale gang: {running} of {needed} running for {stale_for:g} s"
+    statement.commit()

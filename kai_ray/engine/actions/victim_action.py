@@ -1,0 +1,56 @@
+"""The outer loop every victim-based action shares (§11.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kai_ray.engine.actions.allocate import pending_ready_jobs
+from kai_ray.engine.gang import tasks_to_allocate
+from kai_ray.engine.job_queue import JobQueue
+from kai_ray.engine.jobs import Job
+from kai_ray.engine.session import Session
+from kai_ray.engine.solver import SearchBudget, VictimPolicy, solve
+
+PolicyFactory = Callable[[Session, Job], VictimPolicy | None]
+"""Builds the policy for one pending job, or None when the job may not evict at all."""
+
+
+def in_preemption_delay(session: Session, job: Job) -> bool:
+    delay = job.spec.preemption_delay
+    if not delay or delay <= 0:
+        return False
+    since = max(job.spec.created, job.spec.last_eviction or job.spec.created)
+    return session.now < since + delay
+
+
+def run_victim_action(session: Session, make_policy: PolicyFactory, eligible: Callable[[Job], bool]) -> None:
+    jobs = []
+    for job in pending_ready_jobs(session):
+        if in_preemption_delay(session, job):
+            session.note_reason(job, "preemption delay has not elapsed, so it may not evict others yet")
+            continue
+        if eligible(job):
+            jobs.append(job)
+    queue = JobQueue(session, jobs)
+    budget = SearchBudget(session.config.search_budget_scenarios)
+    while (job := queue.pop()) is not None:
+        tasks = tasks_to_allocate(session, job)
+        if not tasks or _unresolvable(session, job):
+            continue
+        policy = make_policy(session, job)
+        if policy is None:
+            continue
+        statement = solve(session, job, policy, budget)
+        if statement is not None:
+            statement.commit()
+        elif budget.left <= 0:
+            return
+
+
+def _unresolvable(session: Session, job: Job) -> bool:
+    """A pod larger than any node cannot be helped by evicting anything (§11.3)."""
+    for task in tasks_to_allocate(session, job):
+        for plugin in session.plugins:
+            if plugin.pre_predicate(task):
+                return True
+    return False

@@ -1,0 +1,10 @@
+"""Shared test set-up: make the helper modules in tests/ importable (`from builders import ...`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+TESTS_DIR = str(Path(__file__).resolve().parent)
+if TESTS_DIR not in sys.path:
+    sys.path.insert(0, TESTS_DIR)
