@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -23,6 +24,18 @@ from kai_ray.model.objects import (
     TaskStatus,
 )
 from kai_ray.model.resources import CPU, GPU, MEMORY, NUM_RESOURCES, PODS
+
+
+class OrderableJob(Protocol):
+    """What job ordering reads: a victim's not-yet-taken remainder is ordered like a job."""
+
+    @property
+    def spec(self) -> JobSpec: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def elastic_rank(self) -> int: ...
 
 
 @dataclass(eq=False)
@@ -151,19 +164,22 @@ class Job:
         return any(p.min_available < len(p.tasks) for p in self.pod_sets.values())
 
     def elastic_rank(self) -> int:
-        """0 below its gang minimum, 1 exactly at it, 2 above (§5.3 elastic order)."""
-        counts = [(p.active_allocated(), p.min_available) for p in self.pod_sets.values()]
-        if any(have < need for have, need in counts):
-            return 0
-        if all(have == need for have, need in counts):
-            return 1
-        return 2
+        return elastic_rank([(p.active_allocated(), p.min_available) for p in self.pod_sets.values()])
 
     def ready(self) -> bool:
         return self.root.ready()
 
     def gang_satisfied(self) -> bool:
         return all(p.gang_satisfied() for p in self.pod_sets.values())
+
+
+def elastic_rank(counts: list[tuple[int, int]]) -> int:
+    """0 below the gang minimum, 1 exactly at it, 2 above (§5.3 elastic order); pairs are (have, need)."""
+    if any(have < need for have, need in counts):
+        return 0
+    if all(have == need for have, need in counts):
+        return 1
+    return 2
 
 
 def task_request(spec: TaskSpec) -> np.ndarray:

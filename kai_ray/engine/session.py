@@ -16,7 +16,7 @@ import numpy as np
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.distributed.executor import Executor, LocalExecutor
-from kai_ray.engine.jobs import Job, PodSet, SubGroupSet, Task, build_job
+from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task, build_job
 from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.plugins.base import OrderKey, Plugin
 from kai_ray.engine.plugins.registry import plugin_class
@@ -145,7 +145,7 @@ class Session:
         return fits & (devices >= task.spec.gpu_devices)
 
     # ------------------------------------------------------------------ ordering
-    def job_order_key(self, job: Job) -> OrderKey:
+    def job_order_key(self, job: OrderableJob) -> OrderKey:
         key: list[float | str] = []
         for plugin in self.plugins:
             part = plugin.job_order_key(job)

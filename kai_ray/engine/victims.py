@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kai_ray.engine.jobs import Job, PodSet, SubGroupSet, Task
+from kai_ray.engine.jobs import Job, PodSet, SubGroupSet, Task, elastic_rank
 from kai_ray.engine.session import Session
-from kai_ray.model.objects import ACTIVE_ALLOCATED
+from kai_ray.model.objects import ACTIVE_ALLOCATED, JobSpec
 
 
 @dataclass(eq=False)
@@ -27,6 +27,18 @@ class VictimJob:
     @classmethod
     def of(cls, job: Job) -> VictimJob:
         return cls(job, [t for t in job.tasks if t.status in ACTIVE_ALLOCATED])
+
+    @property
+    def spec(self) -> JobSpec:
+        return self.job.spec
+
+    @property
+    def name(self) -> str:
+        return self.job.name
+
+    def elastic_rank(self) -> int:
+        remaining = {t.uid for t in self.remaining}
+        return elastic_rank([(len(_active(p, remaining)), p.min_available) for p in self.job.pod_sets.values()])
 
 
 def next_batch(session: Session, victim: VictimJob) -> list[Task]:
@@ -93,7 +105,11 @@ class VictimQueue:
             if victim.remaining:
                 self._by_leaf.setdefault(job.queue, []).append(victim)
         for victims in self._by_leaf.values():
-            victims.sort(key=lambda v: session.job_order_key(v.job), reverse=True)
+            self._sort(victims)
+
+    def _sort(self, victims: list[VictimJob]) -> None:
+        """Least important first: job order reversed, judged on what is left of each job."""
+        victims.sort(key=self.session.job_order_key, reverse=True)
 
     def pop(self) -> tuple[Job, list[Task]] | None:
         leaf = self._worst_among(self.session.queues.top_level())
@@ -106,6 +122,7 @@ class VictimQueue:
         victim.remaining = [t for t in victim.remaining if t.uid not in taken]
         if not victim.remaining:
             victims.pop(0)
+        self._sort(victims)
         vector = sum((self.session.placed_fairness(t, t.node) for t in batch if t.node is not None), np.zeros(3))
         for row in self.session.queues.chains[leaf]:
             name = self.session.queues.names[row]

@@ -38,7 +38,7 @@ def convert_queues(
     manifests: list[Manifest[Queue]], problems: list[ManifestProblem]
 ) -> tuple[list[QueueSpec], QueueIndex]:
     parents = {m.obj.metadata.name: m.obj.spec.parent_queue for m in manifests}
-    broken = tree_errors(parents)
+    broken = _tree_errors(parents)
     for manifest in manifests:
         if manifest.obj.metadata.name in broken:
             problems.append(manifest.problem(_PARENT_FIELD, broken[manifest.obj.metadata.name]))
@@ -47,7 +47,7 @@ def convert_queues(
     return queues, index
 
 
-def tree_errors(parents: dict[str, str]) -> dict[str, str]:
+def _tree_errors(parents: dict[str, str]) -> dict[str, str]:
     """Map each queue that cannot join the tree to the reason; `parents` maps name → parent ("" = root)."""
     errors: dict[str, str] = {}
     good: set[str] = set()

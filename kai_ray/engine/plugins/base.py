@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 if TYPE_CHECKING:
-    from kai_ray.engine.jobs import Job, PodSet, SubGroupSet, Task
+    from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task
     from kai_ray.engine.session import Session
 
 OrderKey = tuple[float | str, ...]
@@ -38,7 +38,7 @@ class Plugin:
     def on_session_open(self) -> None:
         """Prepare per-session state (fair shares, caches)."""
 
-    def job_order_key(self, job: Job) -> OrderKey | None:
+    def job_order_key(self, job: OrderableJob) -> OrderKey | None:
         return None
 
     def task_order_key(self, task: Task) -> OrderKey | None:

@@ -7,7 +7,7 @@ appends the stable fallback (creation time, then name), which is exactly
 
 from __future__ import annotations
 
-from kai_ray.engine.jobs import Job, PodSet, SubGroupSet, Task
+from kai_ray.engine.jobs import OrderableJob, PodSet, SubGroupSet, Task
 from kai_ray.engine.plugins.base import OrderKey, Plugin
 
 KUBEFLOW_ROLE_LABEL = "training.kubeflow.org/job-role"
@@ -17,14 +17,14 @@ RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 class PriorityPlugin(Plugin):
     name = "priority"
 
-    def job_order_key(self, job: Job) -> OrderKey:
+    def job_order_key(self, job: OrderableJob) -> OrderKey:
         return (-job.spec.priority,)
 
 
 class ElasticPlugin(Plugin):
     name = "elastic"
 
-    def job_order_key(self, job: Job) -> OrderKey:
+    def job_order_key(self, job: OrderableJob) -> OrderKey:
         return (job.elastic_rank(),)
 
 
