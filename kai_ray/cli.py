@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import enum
-import sys
 from pathlib import Path
+from typing import Annotated, NoReturn
 
 import typer
+from rich.console import Console
 
+from kai_ray.api.config import SchedulerConfig
+from kai_ray.cluster.sim.manifests import cluster_from_manifests
 from kai_ray.cluster.sim.scenario import ScenarioError, is_scenario_file, load_scenario
-from kai_ray.cluster.sim.simulator import SimulatedCluster
+from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
+from kai_ray.distributed.executor import Executor, LocalExecutor
 from kai_ray.report.scenario_json import render_json
+from kai_ray.report.table import render_table
 
 app = typer.Typer(help="kai-ray: a Ray-native, KAI-compatible GPU scheduler.", no_args_is_help=True)
 
@@ -29,36 +34,46 @@ def main() -> None:
     """Schedule GPU workloads the way KAI Scheduler does."""
 
 
-@app.command()
-def simulate(
-    path: Path = typer.Argument(..., help="A conformance scenario file, or Kubernetes manifests (file or directory)."),
-    cycles: int | None = typer.Option(None, "--cycles", min=1, help="Scheduling cycles to run."),
-    output: OutputFormat = typer.Option(OutputFormat.TABLE, "--output", help="table or json"),
-    executor: ExecutorName = typer.Option(ExecutorName.LOCAL, "--executor", help="where node work runs"),
-) -> None:
-    """Schedule PATH on the embedded simulated cluster and print the result."""
-    if not path.exists():
-        _fail([f"{path}: no such file or directory"])
-    if is_scenario_file(path):
-        try:
-            scenario = load_scenario(path)
-        except ScenarioError as exc:
-            _fail([str(exc)])
-        cluster = SimulatedCluster(scenario.state, scenario.config)
-        results = cluster.run(cycles or scenario.cycles)
-    else:
-        _fail([f"{path}: manifests are not supported yet"])
-    if output == OutputFormat.JSON:
-        typer.echo(render_json(results))
-    else:
-        typer.echo(render_json(results))
+def _executor(name: ExecutorName) -> Executor:
+    """Only the in-process executor exists so far; the Ray executor adds a choice here."""
+    return LocalExecutor()
 
 
-def _fail(problems: list[str]) -> None:
+def _fail(problems: list[str]) -> NoReturn:
     for line in problems:
         typer.echo(line, err=True)
     raise typer.Exit(code=2)
 
 
-if __name__ == "__main__":
-    sys.exit(app())
+def _simulate(path: Path, cycles: int | None, executor: Executor) -> list[CycleResult]:
+    if is_scenario_file(path):
+        try:
+            scenario = load_scenario(path)
+        except ScenarioError as exc:
+            _fail([str(exc)])
+        return SimulatedCluster(scenario.state, scenario.config, executor).run(cycles or scenario.cycles)
+    state, problems = cluster_from_manifests(path)
+    if problems:
+        _fail([str(p) for p in problems])
+    return SimulatedCluster(state, SchedulerConfig(), executor).run(cycles or 1)
+
+
+@app.command()
+def simulate(
+    path: Annotated[
+        Path, typer.Argument(help="A conformance scenario file, or Kubernetes manifests (file or directory).")
+    ],
+    cycles: Annotated[int | None, typer.Option("--cycles", min=1, help="Scheduling cycles to run.")] = None,
+    output: Annotated[OutputFormat, typer.Option("--output", help="table or json")] = OutputFormat.TABLE,
+    executor: Annotated[
+        ExecutorName, typer.Option("--executor", help="where node work runs")
+    ] = ExecutorName.LOCAL,
+) -> None:
+    """Schedule PATH on the embedded simulated cluster and print the result."""
+    if not path.exists():
+        _fail([f"{path}: no such file or directory"])
+    results = _simulate(path, cycles, _executor(executor))
+    if output == OutputFormat.JSON:
+        typer.echo(render_json(results))
+    else:
+        render_table(results, Console(width=160))

@@ -14,7 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field
 ActionName = Literal["allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"]
 PlacementStrategy = Literal["binpack", "spread"]
 
-DEFAULT_ACTIONS: tuple[ActionName, ...] = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
+DEFAULT_ACTIONS: tuple[ActionName, ...] = (
+    "allocate",
+    "consolidation",
+    "reclaim",
+    "preempt",
+    "stalegangeviction",
+)
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "predicates",

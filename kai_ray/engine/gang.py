@@ -11,11 +11,12 @@ from kai_ray.engine.jobs import Job, PodSet, SubGroupSet, Task
 from kai_ray.engine.session import Session
 from kai_ray.model.objects import TaskStatus
 
-
 NO_EXTRA: frozenset[int] = frozenset()
 
 
-def tasks_to_allocate(session: Session, job: Job, extra_pending: frozenset[int] | set[int] = NO_EXTRA) -> list[Task]:
+def tasks_to_allocate(
+    session: Session, job: Job, extra_pending: frozenset[int] | set[int] = NO_EXTRA
+) -> list[Task]:
     """`extra_pending`: uids of evicted tasks a victim simulation may place again."""
     return _collect(session, job.root, extra_pending)
 
@@ -35,10 +36,16 @@ def _collect(session: Session, node: SubGroupSet, extra: frozenset[int] | set[in
     return []
 
 
-def _member_tasks(session: Session, member: SubGroupSet | PodSet, extra: frozenset[int] | set[int]) -> list[Task]:
+def _member_tasks(
+    session: Session, member: SubGroupSet | PodSet, extra: frozenset[int] | set[int]
+) -> list[Task]:
     if isinstance(member, SubGroupSet):
         return _collect(session, member, extra)
-    waiting = [t for t in member.tasks if t.status == TaskStatus.PENDING or (t.uid in extra and t.status == TaskStatus.RELEASING)]
+    waiting = [
+        t
+        for t in member.tasks
+        if t.status == TaskStatus.PENDING or (t.uid in extra and t.status == TaskStatus.RELEASING)
+    ]
     pending = session.sorted_tasks(waiting)
     if member.min_satisfied():
         return pending[:1]

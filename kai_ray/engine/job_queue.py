@@ -22,7 +22,9 @@ HeapEntry = tuple[OrderKey, int, Job]
 
 
 class JobQueue:
-    def __init__(self, session: Session, jobs: list[Job], pending: frozenset[int] | set[int] = frozenset()) -> None:
+    def __init__(
+        self, session: Session, jobs: list[Job], pending: frozenset[int] | set[int] = frozenset()
+    ) -> None:
         self.session = session
         self.pending = pending
         self._heaps: dict[str, list[HeapEntry]] = {}
@@ -52,7 +54,9 @@ class JobQueue:
             if not heap:
                 return None
             job = heap[0][2]
-            vector = self.session.fairness_request(tasks_to_allocate(self.session, job, self.pending), self.session.min_gpu_memory)
+            vector = self.session.fairness_request(
+                tasks_to_allocate(self.session, job, self.pending), self.session.min_gpu_memory
+            )
             return queue, job, vector
         return self._best_among(children)
 

@@ -51,7 +51,9 @@ class MinRuntime:
         return self.enabled and job.last_start is not None and self.session.now < job.last_start + runtime
 
     def preempt_runtime(self, victim: Job) -> float:
-        return self._walk_up(self.session.snapshot.ancestry(victim.queue), "preempt_min_runtime", self.default_preempt)
+        return self._walk_up(
+            self.session.snapshot.ancestry(victim.queue), "preempt_min_runtime", self.default_preempt
+        )
 
     def reclaim_runtime(self, reclaimer: Job, victim: Job) -> float:
         victim_chain = self.session.snapshot.ancestry(victim.queue)
@@ -62,7 +64,11 @@ class MinRuntime:
             top = self.session.snapshot.queues[victim_chain[-1]].reclaim_min_runtime
             return self.default_reclaim if top is None else max(top, 0.0)
         shared = set(reclaimer_chain)
-        below_lca = next(i for i, q in enumerate(victim_chain) if victim_chain[i + 1] in shared) if len(victim_chain) > 1 else 0
+        below_lca = (
+            next(i for i, q in enumerate(victim_chain) if victim_chain[i + 1] in shared)
+            if len(victim_chain) > 1
+            else 0
+        )
         return self._walk_up(victim_chain[below_lca:], "reclaim_min_runtime", self.default_reclaim)
 
     def _walk_up(self, chain: list[str], attribute: str, default: float) -> float:

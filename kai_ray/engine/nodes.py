@@ -121,7 +121,9 @@ class NodeState:
             if candidate not in self.groups[row]:
                 return candidate
 
-    def fitting_groups(self, row: int, memory: float, *, idle_only: bool = False) -> list[tuple[str, GpuGroup]]:
+    def fitting_groups(
+        self, row: int, memory: float, *, idle_only: bool = False
+    ) -> list[tuple[str, GpuGroup]]:
         """Shared groups in use, not fully releasing, with room for `memory` MiB."""
         found = []
         for group_id in sorted(self.groups[row]):

@@ -140,7 +140,9 @@ def choose_devices(session: Session, task: Task, row: int) -> DeviceChoice | str
     return DeviceChoice(tuple(chosen), waits)
 
 
-def _best_group(session: Session, groups: dict[str, GpuGroup], node_memory: float) -> tuple[float, str] | None:
+def _best_group(
+    session: Session, groups: dict[str, GpuGroup], node_memory: float
+) -> tuple[float, str] | None:
     best: tuple[float, str] | None = None
     for group_id in sorted(groups):
         group = groups[group_id]

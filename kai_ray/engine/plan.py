@@ -56,7 +56,9 @@ def task_state(session: Session, task: Task) -> TaskState:
     accepted = 0.0
     if task.node is not None and task.status in OCCUPYING:
         accepted = task.accepted_gpus(float(session.nodes.table.gpu_memory[task.node]))
-    return TaskState(task.status, node if task.status != TaskStatus.PENDING else task.spec.node, task.groups, accepted)
+    return TaskState(
+        task.status, node if task.status != TaskStatus.PENDING else task.spec.node, task.groups, accepted
+    )
 
 
 def build_plan(session: Session, initial: dict[int, TaskStatus], eviction_reasons: dict[int, str]) -> Plan:

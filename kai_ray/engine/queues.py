@@ -71,7 +71,8 @@ class QueueBook:
         deserved, limit, fair = self.deserved[row], self.limit[row], self.fair_share[row]
         share = np.maximum(deserved, fair)
         share = np.where(limit != UNLIMITED, np.minimum(share, limit), share)
-        return np.where(deserved == UNLIMITED, limit, share)
+        result: np.ndarray = np.where(deserved == UNLIMITED, limit, share)
+        return result
 
     def rows(self, names: Iterable[str]) -> list[int]:
         return [self.index[n] for n in names]

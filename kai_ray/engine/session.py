@@ -104,7 +104,16 @@ class Session:
             self.queues.charge(task.job.queue, charge, not task.job.spec.preemptible, sign=-1.0)
 
     def _is_charged(self, task: Task) -> bool:
-        return task.status in QUEUE_CHARGING or (self._in_session and task.status == TaskStatus.PIPELINED)
+        """Pipelining charges the queue in-session; a pod already pipelined in the snapshot does not."""
+        if task.status in QUEUE_CHARGING:
+            return True
+        if task.status != TaskStatus.PIPELINED or not self._in_session:
+            return False
+        spec = task.spec
+        as_in_snapshot = spec.status == TaskStatus.PIPELINED and task.node == self.snapshot.nodes.index.get(
+            spec.node or ""
+        )
+        return not as_in_snapshot
 
     def record_commit(self, operations: Sequence[Operation]) -> None:
         self.committed.extend(operations)
@@ -126,9 +135,12 @@ class Session:
         return total
 
     def free_gpus(self) -> np.ndarray:
-        return self.nodes.idle[:, GPU] + self.nodes.releasing[:, GPU]
+        """Whole GPUs per node that are idle or on their way to being idle."""
+        free: np.ndarray = self.nodes.idle[:, GPU] + self.nodes.releasing[:, GPU]
+        return free
 
     def fits_idle(self, task: Task) -> np.ndarray:
+        """Rows where the task could start right now, without waiting for releases."""
         return self._fits(task, self.nodes.idle, idle_only=True)
 
     def fits_with_releasing(self, task: Task) -> np.ndarray:

@@ -101,19 +101,26 @@ def _on_nodes(groups: VictimGroups, nodes: set[int]) -> VictimGroups:
     return [(job, tasks) for job, tasks in _by_job(groups).items() if any(t.node in nodes for t in tasks)]
 
 
-def _node_local_scenarios(session: Session, accumulated: VictimGroups, newest: VictimGroups) -> Iterator[VictimGroups]:
+def _node_local_scenarios(
+    session: Session, accumulated: VictimGroups, newest: VictimGroups
+) -> Iterator[VictimGroups]:
     newest_nodes = sorted({t.node for _, tasks in newest for t in tasks if t.node is not None})
     for node in newest_nodes:
         yield _on_nodes(accumulated, {node})
 
 
-def _multi_node_scenarios(session: Session, accumulated: VictimGroups, newest: VictimGroups) -> Iterator[VictimGroups]:
+def _multi_node_scenarios(
+    session: Session, accumulated: VictimGroups, newest: VictimGroups
+) -> Iterator[VictimGroups]:
     freed: dict[int, float] = {}
     for _, tasks in accumulated:
         for task in tasks:
             if task.node is not None:
                 freed[task.node] = freed.get(task.node, 0.0) + task.request[GPU]
-    free_after = {row: session.nodes.idle[row, GPU] + session.nodes.releasing[row, GPU] + gpus for row, gpus in freed.items()}
+    free_after = {
+        row: session.nodes.idle[row, GPU] + session.nodes.releasing[row, GPU] + gpus
+        for row, gpus in freed.items()
+    }
     order = sorted(free_after, key=lambda row: (free_after[row], row))
     size = 1
     while size <= len(order):
@@ -126,7 +133,6 @@ def _multi_node_scenarios(session: Session, accumulated: VictimGroups, newest: V
 def simulate(session: Session, preemptor: Job, victims: list[Task], policy: VictimPolicy) -> Statement | None:
     statement = Statement(session)
     active_before = sum(1 for t in preemptor.tasks if t.status in ACTIVE_USED)
-    origin = {t.uid: (t.node, t.groups) for t in victims}
     for task in victims:
         statement.evict(task)
     evicted = {t.uid for t in victims}
@@ -138,7 +144,6 @@ def simulate(session: Session, preemptor: Job, victims: list[Task], policy: Vict
         statement.discard()
         return None
     replaced = frozenset(t.uid for t in victims if t.status != TaskStatus.RELEASING)
-    _undo_moves_home(statement, victims, origin)
     outcome = Outcome(preemptor, victims, replaced)
     if not policy.accepts(outcome):
         statement.discard()
@@ -166,14 +171,6 @@ def _replace_in_order(
         ):
             queue.push(job)
     return True
-
-
-def _undo_moves_home(statement: Statement, victims: list[Task], origin: dict[int, tuple[int | None, tuple[str, ...]]]) -> None:
-    """A victim re-placed exactly where it was is simply not evicted (§3 un-evict)."""
-    for task in victims:
-        node, groups = origin[task.uid]
-        if task.status == TaskStatus.PIPELINED and task.node == node and (not task.is_shared_gpu or task.groups == groups):
-            statement.restore(task)
 
 
 def free_gpu_capacity(session: Session) -> float:

@@ -45,6 +45,11 @@ class Statement:
         self._record(task, Placement(TaskStatus.ALLOCATED, node, groups))
 
     def pipeline(self, task: Task, node: int, groups: tuple[str, ...] = ()) -> None:
+        """Pipelining a task this statement evicted back to exactly where it was un-evicts it."""
+        evicted_here = task.status == TaskStatus.RELEASING and any(op.task is task for op in self.operations)
+        if evicted_here and node == task.node and (not task.is_shared_gpu or groups == task.groups):
+            self.restore(task)
+            return
         self._record(task, Placement(TaskStatus.PIPELINED, node, groups))
 
     def evict(self, task: Task) -> None:

@@ -38,7 +38,9 @@ class VictimJob:
 
     def elastic_rank(self) -> int:
         remaining = {t.uid for t in self.remaining}
-        return elastic_rank([(len(_active(p, remaining)), p.min_available) for p in self.job.pod_sets.values()])
+        return elastic_rank(
+            [(len(_active(p, remaining)), p.min_available) for p in self.job.pod_sets.values()]
+        )
 
 
 def next_batch(session: Session, victim: VictimJob) -> list[Task]:
@@ -123,7 +125,9 @@ class VictimQueue:
         if not victim.remaining:
             victims.pop(0)
         self._sort(victims)
-        vector = sum((self.session.placed_fairness(t, t.node) for t in batch if t.node is not None), np.zeros(3))
+        vector = sum(
+            (self.session.placed_fairness(t, t.node) for t in batch if t.node is not None), np.zeros(3)
+        )
         for row in self.session.queues.chains[leaf]:
             name = self.session.queues.names[row]
             self._taken[name] = self._taken.get(name, np.zeros(3)) + vector

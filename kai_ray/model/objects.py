@@ -186,7 +186,9 @@ class JobSpec:
     preemptible: bool = True
     created: float = 0.0
     last_start: float | None = None
-    subgroups: SubGroupSetSpec = field(default_factory=lambda: SubGroupSetSpec(pod_sets=(PodSetSpec("default", 1),)))
+    subgroups: SubGroupSetSpec = field(
+        default_factory=lambda: SubGroupSetSpec(pod_sets=(PodSetSpec("default", 1),))
+    )
     preemption_delay: float | None = None
     last_eviction: float | None = None
     stale_since: float | None = None

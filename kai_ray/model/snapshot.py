@@ -115,7 +115,9 @@ def _unique_nodes(nodes: list[NodeSpec], problems: list[Problem]) -> list[NodeSp
     seen: dict[str, NodeSpec] = {}
     for node in nodes:
         if node.name in seen:
-            problems.append(Problem("Node", node.name, "metadata.name", "duplicate node; the later one is ignored"))
+            problems.append(
+                Problem("Node", node.name, "metadata.name", "duplicate node; the later one is ignored")
+            )
             continue
         if min(node.cpu_millis, node.memory, node.gpus, node.max_pods) < 0:
             problems.append(Problem("Node", node.name, "status.allocatable", "negative allocatable resource"))
@@ -129,7 +131,9 @@ def _valid_queues(queues: list[QueueSpec], problems: list[Problem]) -> dict[str,
     by_name: dict[str, QueueSpec] = {}
     for queue in queues:
         if queue.name in by_name:
-            problems.append(Problem("Queue", queue.name, "metadata.name", "duplicate queue; the later one is ignored"))
+            problems.append(
+                Problem("Queue", queue.name, "metadata.name", "duplicate queue; the later one is ignored")
+            )
             continue
         by_name[queue.name] = queue
     valid: dict[str, QueueSpec] = {}
@@ -214,6 +218,10 @@ def _task_problem(task: TaskSpec, pod_sets: set[str], nodes: NodeTable) -> str |
         return "negative resource request"
     if task.gpu > 1 and not float(task.gpu).is_integer():
         return f"GPU request {task.gpu} is neither whole nor a fraction below 1"
-    if task.node is not None and task.node not in nodes.index and task.status.value not in ("Pending", "Gated"):
+    if (
+        task.node is not None
+        and task.node not in nodes.index
+        and task.status.value not in ("Pending", "Gated")
+    ):
         return f"placed on node {task.node!r} that does not exist"
     return None

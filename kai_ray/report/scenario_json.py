@@ -38,9 +38,7 @@ def _counts(plan: Plan) -> dict[str, int]:
 
 
 def cycles_document(results: list[CycleResult]) -> dict[str, Any]:
-    cycles = [
-        {"start": _view(r.start), "end": _view(r.end), "counts": _counts(r.plan)} for r in results
-    ]
+    cycles = [{"start": _view(r.start), "end": _view(r.end), "counts": _counts(r.plan)} for r in results]
     totals = {key: sum(c["counts"][key] for c in cycles) for key in ("binds", "evictions", "pipelined")}
     last = cycles[-1]["end"] if cycles else {"tasks": {}, "nodes": {}}
     return {"cycles": cycles, "tasks": last["tasks"], "nodes": last["nodes"], "counts": totals}

@@ -190,7 +190,13 @@ def test_elastic_extra_that_is_pipelined_does_not_hold_back_the_gang() -> None:
 
 @pytest.mark.parametrize(("free_gpus", "bound"), [(8, 6), (5, 5), (4, 4), (3, 0)])
 def test_example_9_minimum_is_all_or_nothing_and_growth_is_elastic(free_gpus: int, bound: int) -> None:
-    state = cluster().node("n1", gpus=free_gpus).queue("q").job("j", queue="q", gpus=1, pods=6, min_member=4).build()
+    state = (
+        cluster()
+        .node("n1", gpus=free_gpus)
+        .queue("q")
+        .job("j", queue="q", gpus=1, pods=6, min_member=4)
+        .build()
+    )
     plan = run_cycle(state)
     assert len(plan.binds) == bound
     if bound < 6:

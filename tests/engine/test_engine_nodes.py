@@ -40,7 +40,9 @@ def gpus(session: Session, node: str) -> tuple[float, float]:
     ],
 )
 def test_each_status_charges_the_node_as_section_1_4_says(status: S, idle: float, releasing: float) -> None:
-    state = cluster().node("n1", gpus=8).queue("q").job("j", queue="q", gpus=2, status=status, node="n1").build()
+    state = (
+        cluster().node("n1", gpus=8).queue("q").job("j", queue="q", gpus=2, status=status, node="n1").build()
+    )
     session = open_session(state)
     assert gpus(session, "n1") == (idle, releasing)
 
@@ -83,7 +85,13 @@ def test_releasing_capacity_is_non_allocated_and_pipelining_takes_it() -> None:
 
 
 def test_evicting_moves_resources_from_used_to_releasing() -> None:
-    state = cluster().node("n1", gpus=8).queue("q").job("j", queue="q", gpus=3, status=S.RUNNING, node="n1").build()
+    state = (
+        cluster()
+        .node("n1", gpus=8)
+        .queue("q")
+        .job("j", queue="q", gpus=3, status=S.RUNNING, node="n1")
+        .build()
+    )
     session = open_session(state)
     assert gpus(session, "n1") == (5, 0)
     Statement(session).evict(find_task(session, "j-0"))

@@ -225,12 +225,8 @@ def test_shared_gpu_groups_come_back_after_rollback_of_a_join() -> None:
     assert_same(freeze(session), before)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="§22.3: rolling back an eviction of a task that was Pipelined in the snapshot re-charges its queue "
-    "(Session._is_charged counts Pipelined only once the session is open), so queue Allocated grows",
-)
 def test_rollback_of_evicting_a_snapshot_pipelined_task_restores_queue_accounting() -> None:
+    """Regression: the undo used to re-charge the queue for a pod that was Pipelined in the snapshot."""
     state = (
         cluster()
         .node("n1", gpus=4)
@@ -250,14 +246,15 @@ def test_rollback_of_evicting_a_snapshot_pipelined_task_restores_queue_accountin
     assert_same(freeze(session), before)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="§3: Pipeline of a task evicted earlier in the same statement, back onto its own node with the same "
-    "placement, must become an un-evict (the evict op undone); Statement.pipeline instead marks it Pipelined "
-    "and frees its resources into Idle, so the node shows a GPU idle that the running pod still holds",
-)
 def test_pipeline_back_onto_own_node_is_an_un_evict() -> None:
-    state = cluster().node("n1", gpus=2).queue("q").job("victim", queue="q", gpus=1, status=RUNNING, node="n1").build()
+    """§3: re-placing an evicted pod exactly where it was undoes the eviction (it used to free its GPU)."""
+    state = (
+        cluster()
+        .node("n1", gpus=2)
+        .queue("q")
+        .job("victim", queue="q", gpus=1, status=RUNNING, node="n1")
+        .build()
+    )
     session = open_session(state)
     before = freeze(session)
     victim = find_task(session, "victim-0")

@@ -43,7 +43,9 @@ class CycleResult:
 
 
 class SimulatedCluster:
-    def __init__(self, state: ClusterState, config: SchedulerConfig, executor: Executor | None = None) -> None:
+    def __init__(
+        self, state: ClusterState, config: SchedulerConfig, executor: Executor | None = None
+    ) -> None:
         self.state = state
         self.config = config
         self.executor = executor
@@ -83,7 +85,9 @@ class SimulatedCluster:
             for task in job.tasks:
                 if task.status == TaskStatus.BINDING:
                     task.status = TaskStatus.RUNNING
-                elif task.status == TaskStatus.PIPELINED or (task.status == TaskStatus.RELEASING and not job.deleting):
+                elif task.status == TaskStatus.PIPELINED or (
+                    task.status == TaskStatus.RELEASING and not job.deleting
+                ):
                     task.status, task.node, task.gpu_groups = TaskStatus.PENDING, None, ()
             running = any(t.status in QUEUE_CHARGING for t in job.tasks)
             job.last_start = self.state.now - STARTED_AGO_SECONDS if running else None
@@ -97,5 +101,7 @@ def _view(session: Session) -> ClusterView:
             view.tasks[(job.name, task.name)] = task_state(session, task)
     table = session.nodes.table
     for row, name in enumerate(table.names):
-        view.nodes[name] = NodeGpus(float(session.nodes.idle[row, GPU]), float(session.nodes.releasing[row, GPU]))
+        view.nodes[name] = NodeGpus(
+            float(session.nodes.idle[row, GPU]), float(session.nodes.releasing[row, GPU])
+        )
     return view

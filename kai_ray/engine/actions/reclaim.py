@@ -61,7 +61,11 @@ class ReclaimPolicy:
         return _within(self.allocated[row] + self.request, self.book.deserved[row])
 
     def is_candidate(self, reclaimer: Job, victim: Job) -> bool:
-        if victim.queue == reclaimer.queue or not victim.spec.preemptible or not victim.has_status(ACTIVE_ALLOCATED):
+        if (
+            victim.queue == reclaimer.queue
+            or not victim.spec.preemptible
+            or not victim.has_status(ACTIVE_ALLOCATED)
+        ):
             return False
         if not self.min_runtime.is_candidate(victim, self.min_runtime.reclaim_runtime(reclaimer, victim)):
             return False
@@ -90,7 +94,9 @@ class ReclaimPolicy:
             ours, theirs = leveled_pair(self.session, self.reclaimer.queue, leaf)
             victim_row = self._row(theirs)
             maintain = _over(remaining[victim_row], self.book.allocatable_share(victim_row))
-            guarantee = self._reclaimer_under_quota(ours) and _over(remaining[victim_row], self.book.deserved[victim_row])
+            guarantee = self._reclaimer_under_quota(ours) and _over(
+                remaining[victim_row], self.book.deserved[victim_row]
+            )
             if not (maintain or guarantee):
                 return False
             remaining[self.book.chains[leaf]] -= chunk
@@ -101,7 +107,9 @@ class ReclaimPolicy:
         non_preemptible = not self.reclaimer.spec.preemptible
         for row in book.chains[self.reclaimer.queue]:
             alloc = remaining[row] + self.request
-            if non_preemptible and not _within(book.allocated_non_preemptible[row] + self.request, book.deserved[row]):
+            if non_preemptible and not _within(
+                book.allocated_non_preemptible[row] + self.request, book.deserved[row]
+            ):
                 return False
             for sibling in self._siblings(row):
                 lost = self.allocated[sibling] - remaining[sibling]
@@ -112,7 +120,9 @@ class ReclaimPolicy:
                     return False
         return True
 
-    def _too_saturated(self, alloc: np.ndarray, row: int, left: np.ndarray, sibling: int, involved: np.ndarray) -> bool:
+    def _too_saturated(
+        self, alloc: np.ndarray, row: int, left: np.ndarray, sibling: int, involved: np.ndarray
+    ) -> bool:
         ours_share, theirs_share = self.book.fair_share[row], self.book.fair_share[sibling]
         for r in np.flatnonzero(involved):
             ours = _ratio(alloc[r], ours_share[r])
@@ -165,7 +175,9 @@ def _make_policy(session: Session, job: Job) -> VictimPolicy | None:
     if not _within(book.allocated[row] + request, np.maximum(book.fair_share[row], 0.0)):
         session.note_reason(job, f"queue {job.queue} would exceed its fair share, so it may not reclaim")
         return None
-    if not job.spec.preemptible and not _within(book.allocated_non_preemptible[row] + request, book.deserved[row]):
+    if not job.spec.preemptible and not _within(
+        book.allocated_non_preemptible[row] + request, book.deserved[row]
+    ):
         session.note_reason(job, f"queue {job.queue} has no deserved quota left for a non-preemptible job")
         return None
     return ReclaimPolicy(session, job, request)

@@ -38,5 +38,7 @@ def _evict_gang(session: Session, job: Job, stale_for: float) -> None:
     for task in job.tasks:
         if task.status in ACTIVE_ALLOCATED:
             statement.evict(task)
-            session.eviction_reasons[task.uid] = f"stale gang: {running} of {needed} running for {stale_for:g} s"
+            session.eviction_reasons[task.uid] = (
+                f"stale gang: {running} of {needed} running for {stale_for:g} s"
+            )
     statement.commit()

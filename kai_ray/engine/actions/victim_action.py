@@ -33,14 +33,14 @@ def run_victim_action(session: Session, make_policy: PolicyFactory, eligible: Ca
             jobs.append(job)
     queue = JobQueue(session, jobs)
     budget = SearchBudget(session.config.search_budget_scenarios)
-    while (job := queue.pop()) is not None:
-        tasks = tasks_to_allocate(session, job)
-        if not tasks or _unresolvable(session, job):
+    while (preemptor := queue.pop()) is not None:
+        tasks = tasks_to_allocate(session, preemptor)
+        if not tasks or _unresolvable(session, preemptor):
             continue
-        policy = make_policy(session, job)
+        policy = make_policy(session, preemptor)
         if policy is None:
             continue
-        statement = solve(session, job, policy, budget)
+        statement = solve(session, preemptor, policy, budget)
         if statement is not None:
             statement.commit()
         elif budget.left <= 0:

@@ -94,7 +94,9 @@ class ProportionPlugin(Plugin):
             used = book.allocated_non_preemptible[row]
             over = (deserved != UNLIMITED) & (vector > 0) & (used + vector > deserved + EPSILON)
             if over.any():
-                return _describe(book.names[row], "quota for non-preemptible jobs", over, used, vector, deserved)
+                return _describe(
+                    book.names[row], "quota for non-preemptible jobs", over, used, vector, deserved
+                )
         return None
 
 

@@ -25,7 +25,7 @@ class NodeAvailabilityPlugin(Plugin):
     name = "nodeavailability"
 
     def node_scores(self, task: Task, free_gpus: np.ndarray) -> np.ndarray:
-        return IDLE_FIT_SCORE * self.session.fits_idle(task)
+        return np.where(self.session.fits_idle(task), IDLE_FIT_SCORE, 0.0)
 
 
 class GpuSharingOrderPlugin(Plugin):
@@ -54,7 +54,7 @@ class ResourceTypePlugin(Plugin):
         if task.needs_gpu:
             return np.zeros(len(self.session.nodes.table))
         cpu_only = self.session.nodes.table.allocatable[:, GPU] == 0
-        return CPU_ON_CPU_NODE_SCORE * cpu_only
+        return np.where(cpu_only, CPU_ON_CPU_NODE_SCORE, 0.0)
 
 
 class NodePlacementPlugin(Plugin):
@@ -74,7 +74,8 @@ class NodePlacementPlugin(Plugin):
             free = self.session.nodes.idle[:, CPU] + self.session.nodes.releasing[:, CPU]
         has = total > 0
         if strategy == "spread":
-            return np.divide(free, total, out=np.zeros_like(free), where=has)
+            spread: np.ndarray = np.divide(free, total, out=np.zeros_like(free), where=has)
+            return spread
         return _binpack(free, has)
 
 

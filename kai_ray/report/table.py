@@ -1,0 +1,135 @@
+"""The human-readable result of a simulation: queues, jobs and why pending jobs wait."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from kai_ray.cluster.sim.simulator import CycleResult
+from kai_ray.engine.jobs import Job
+from kai_ray.engine.session import Session
+from kai_ray.model.objects import UNLIMITED, TaskStatus
+
+GIB = 1024**3
+
+STATUS_STYLE = {
+    "Bound": "green",
+    "Running": "green",
+    "Pipelined": "yellow",
+    "Pending": "red",
+    "Releasing": "magenta",
+}
+
+
+def _amount(value: float, unit: str) -> str:
+    if value == UNLIMITED:
+        return "∞"
+    if unit == "gpu":
+        return f"{value:g}"
+    if unit == "cpu":
+        return f"{value / 1000:g}"
+    return f"{value / GIB:.0f}Gi"
+
+
+def _queue_rows(session: Session) -> list[tuple[str, int]]:
+    book = session.queues
+    ordered: list[tuple[str, int]] = []
+
+    def walk(name: str, depth: int) -> None:
+        ordered.append((name, depth))
+        for child in book.children.get(name, []):
+            walk(child, depth + 1)
+
+    for top in book.top_level():
+        walk(top, 0)
+    return ordered
+
+
+def queues_table(session: Session) -> Table:
+    table = Table(title="Queues (fair share / allocated / requested)", title_justify="left")
+    table.add_column("queue")
+    for resource in ("GPU", "CPU cores", "memory"):
+        table.add_column(resource, justify="right")
+    book = session.queues
+    for name, depth in _queue_rows(session):
+        row = book.index[name]
+        cells = []
+        for unit, index in (("gpu", 2), ("cpu", 0), ("memory", 1)):
+            values = (book.fair_share[row, index], book.allocated[row, index], book.request[row, index])
+            cells.append(" / ".join(_amount(float(v), unit) for v in values))
+        table.add_row("  " * depth + name, *cells)
+    return table
+
+
+def job_status(job: Job) -> str:
+    counts = Counter(t.status for t in job.tasks)
+    total = len(job.tasks)
+    if counts[TaskStatus.ALLOCATED]:
+        return (
+            "Bound"
+            if counts[TaskStatus.PENDING] == 0
+            else f"Bound {total - counts[TaskStatus.PENDING]}/{total}"
+        )
+    if counts[TaskStatus.PIPELINED]:
+        return "Pipelined"
+    if counts[TaskStatus.RELEASING]:
+        return "Releasing"
+    if counts[TaskStatus.PENDING] == total:
+        return "Pending"
+    if counts[TaskStatus.PENDING]:
+        return f"Running {total - counts[TaskStatus.PENDING]}/{total}"
+    return "Running"
+
+
+def jobs_table(result: CycleResult) -> Table:
+    session = result.session
+    table = Table(title="Jobs", title_justify="left")
+    for column in ("job", "queue", "status", "pods", "nodes", "why pending"):
+        table.add_column(column, overflow="fold")
+    for job in sorted(session.jobs, key=lambda j: (j.queue, j.name)):
+        nodes = sorted({session.nodes.table.names[t.node] for t in job.tasks if t.node is not None})
+        status = job_status(job)
+        style = STATUS_STYLE.get(status.split(" ")[0], "")
+        reason = result.plan.pending_reasons.get(job.name, "")
+        pods = str(len(job.tasks))
+        table.add_row(job.spec.key, job.queue, Text(status, style=style), pods, ", ".join(nodes), reason)
+    return table
+
+
+def evictions_table(result: CycleResult) -> Table | None:
+    if not result.plan.evictions:
+        return None
+    table = Table(title="Evictions", title_justify="left")
+    for column in ("job", "pod", "node", "reason"):
+        table.add_column(column)
+    for eviction in result.plan.evictions:
+        table.add_row(eviction.job, eviction.task, eviction.node or "", eviction.reason)
+    return table
+
+
+def summary(results: list[CycleResult]) -> Text:
+    last = results[-1]
+    table = last.session.nodes.table
+    gpus = float(np.sum(table.allocatable[:, 2]))
+    binds = sum(len(r.plan.binds) for r in results)
+    evictions = sum(len(r.plan.evictions) for r in results)
+    return Text(
+        f"{len(table)} nodes, {gpus:g} GPUs, {len(last.session.jobs)} jobs; "
+        f"{len(results)} cycle(s): {binds} pods bound, {evictions} evicted, "
+        f"{len(last.plan.pending_reasons)} job(s) still pending"
+    )
+
+
+def render_table(results: list[CycleResult], console: Console) -> None:
+    last = results[-1]
+    parts: list[Table | Text] = [summary(results), queues_table(last.session), jobs_table(last)]
+    evictions = evictions_table(last)
+    if evictions is not None:
+        parts.append(evictions)
+    for problem in last.plan.problems:
+        parts.append(Text(f"skipped: {problem}", style="red"))
+    console.print(Group(*parts))
