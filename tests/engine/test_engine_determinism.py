@@ -12,6 +12,7 @@ import random
 import pytest
 from builders import cluster, config, run_cycle
 
+from kai_ray.api.config import DEFAULT_ACTIONS
 from kai_ray.engine.plan import Plan
 from kai_ray.model.objects import ClusterState, TaskStatus
 
@@ -53,6 +54,7 @@ def signature(plan: Plan) -> tuple[object, ...]:
     return (
         sorted((b.job, b.task, b.node, b.gpu_groups, b.accepted_gpus) for b in plan.binds),
         sorted((b.job, b.task, b.node, b.gpu_groups) for b in plan.pipelined),
+        sorted((e.job, e.task, e.node, e.reason) for e in plan.evictions),
         sorted(plan.pending_reasons.items()),
         plan.tasks,
     )
@@ -79,3 +81,11 @@ def test_input_order_does_not_change_a_spread_plan(seed: int) -> None:
     cfg = config(gpu_placement="spread", gpu_sharing="spread")
     expected = signature(run_cycle(busy_cluster(), cfg))
     assert signature(run_cycle(shuffled(busy_cluster(), seed), cfg)) == expected
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_input_order_does_not_change_the_plan_of_all_default_actions(seed: int) -> None:
+    cfg = config(actions=DEFAULT_ACTIONS)
+    plan = run_cycle(busy_cluster(), cfg)
+    assert plan.evictions  # the victim actions have something to do here
+    assert signature(run_cycle(shuffled(busy_cluster(), seed), cfg)) == signature(plan)

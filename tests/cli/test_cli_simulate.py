@@ -1,0 +1,96 @@
+"""`kai-ray simulate` end to end: table, JSON and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kai_ray.cli import app
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "examples" / "quickstart"
+SCENARIOS = ROOT.parent / "shared" / "conformance" / "scenarios"
+GANG_SCENARIO = SCENARIOS / "gang" / "don-t-allocate-gang-job-if-not-all-tasks-are-allocatable.yaml"
+
+BAD_MANIFEST = """\
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: team-a}
+spec:
+  resources:
+    gpu: {quota: -3, limit: -1, overQuotaWeight: 1}
+---
+apiVersion: v1
+kind: Frobnicator
+metadata: {name: x}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: ns, labels: {kai.scheduler/queue: nope}}
+spec:
+  schedulerName: kai-scheduler
+  containers: [{name: c, resources: {requests: {cpu: "1"}}}]
+"""
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_quickstart_table_shows_queues_jobs_and_why_the_big_gang_waits() -> None:
+    code, out, _ = run("simulate", str(QUICKSTART))
+    assert code == 0
+    assert "team-a" in out and "team-b" in out
+    big_gang_line = next(line for line in out.splitlines() if "too-big" in line)
+    assert "Pending" in big_gang_line
+    assert "gang needs 5" in out
+    assert "distributed-train" in out
+
+
+def test_scenario_json_is_byte_identical_across_runs() -> None:
+    first = run("simulate", str(GANG_SCENARIO), "--output", "json")
+    second = run("simulate", str(GANG_SCENARIO), "--output", "json")
+    assert first[0] == 0
+    assert first[1] == second[1]
+    document = json.loads(first[1])
+    assert len(document["cycles"]) == 1
+    assert document["counts"]["binds"] == 0
+
+
+def test_cycles_option_runs_that_many_cycles() -> None:
+    code, out, _ = run("simulate", str(QUICKSTART), "--cycles", "3", "--output", "json")
+    assert code == 0
+    assert len(json.loads(out)["cycles"]) == 3
+
+
+def test_bad_manifests_exit_2_with_one_line_per_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_MANIFEST)
+    code, out, err = run("simulate", str(bad))
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert f"{bad}: Queue/team-a: spec.resources.gpu.quota: must be >= 0 or -1, got -3" in lines
+    assert any(line.startswith(f"{bad}: Frobnicator/x: kind") for line in lines)
+    assert any("Pod/ns/p: metadata.labels[kai.scheduler/queue]" in line for line in lines)
+    assert "Traceback" not in err
+
+
+def test_missing_path_exits_2() -> None:
+    code, _, err = run("simulate", "/nonexistent/kai-ray/input")
+    assert code == 2
+    assert "no such file or directory" in err
+
+
+def test_malformed_scenario_exits_2(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("schemaVersion: 1\nname: x\nconfig: {}\n")
+    code, _, err = run("simulate", str(broken))
+    assert code == 2
+    assert "malformed scenario" in err
