@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import enum
+import json
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.bench.runner import run_shape
 from kai_ray.cluster.sim.manifests import cluster_from_manifests
 from kai_ray.cluster.sim.scenario import ScenarioError, is_scenario_file, load_scenario
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
@@ -77,3 +80,30 @@ def simulate(
         typer.echo(render_json(results))
     else:
         render_table(results, Console(width=160))
+
+
+@app.command()
+def bench(
+    shape: Annotated[str, typer.Option("--shape", help="Shape name, e.g. fill-500x4000.")],
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Cycles to time.")] = 3,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the result here.")] = None,
+) -> None:
+    """Time scheduling cycles on a generated cluster shape."""
+    try:
+        result = run_shape(shape, repeat)
+    except ValueError as exc:
+        _fail([str(exc)])
+    table = Table(title=f"kai-ray bench {shape}")
+    for column in ("executor", "shards", "median cycle s", "pods placed", "pods/s", "peak RSS MB"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        result.executor,
+        str(result.shards),
+        f"{result.median_cycle_seconds:.3f}",
+        str(result.pods_placed),
+        f"{result.pods_per_second:.0f}",
+        f"{result.peak_rss_mb:.0f}",
+    )
+    Console().print(table)
+    if json_file is not None:
+        json_file.write_text(json.dumps(result.as_json(), indent=2) + "\n")

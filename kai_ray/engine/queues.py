@@ -30,6 +30,7 @@ class QueueBook:
         self.allocated_non_preemptible = np.zeros((count, 3))
         self.request = np.zeros((count, 3))
         self.fair_share = np.zeros((count, 3))
+        self._allocatable_share = self._compute_allocatable_share()
         self.chains = {name: [self.index[q] for q in snapshot.ancestry(name)] for name in self.names}
 
     def top_level(self) -> list[str]:
@@ -65,14 +66,18 @@ class QueueBook:
         shares = fair_shares(nodes, _by_resource(totals), k_value)
         for name, share in shares.items():
             self.fair_share[self.index[name]] = [share[r] for r in FAIRNESS_RESOURCES]
+        self._allocatable_share = self._compute_allocatable_share()
+
+    def _compute_allocatable_share(self) -> np.ndarray:
+        """§6.1: limit if deserved is unlimited, else max(deserved, fair share) capped by the limit."""
+        share = np.maximum(self.deserved, self.fair_share)
+        share = np.where(self.limit != UNLIMITED, np.minimum(share, self.limit), share)
+        result: np.ndarray = np.where(self.deserved == UNLIMITED, self.limit, share)
+        return result
 
     def allocatable_share(self, row: int) -> np.ndarray:
-        """§6.1: limit if deserved is unlimited, else max(deserved, fair share) capped by the limit."""
-        deserved, limit, fair = self.deserved[row], self.limit[row], self.fair_share[row]
-        share = np.maximum(deserved, fair)
-        share = np.where(limit != UNLIMITED, np.minimum(share, limit), share)
-        result: np.ndarray = np.where(deserved == UNLIMITED, limit, share)
-        return result
+        share: np.ndarray = self._allocatable_share[row]
+        return share
 
     def rows(self, names: Iterable[str]) -> list[int]:
         return [self.index[n] for n in names]

@@ -119,10 +119,15 @@ class Session:
         self.committed.extend(operations)
 
     # ------------------------------------------------------------------ resource views
-    def fairness_totals(self) -> np.ndarray:
+    @functools.cached_property
+    def _fairness_totals(self) -> np.ndarray:
         table = self.snapshot.nodes
         ready = table.allocatable[table.schedulable]
         return np.array([ready[:, CPU].sum(), ready[:, MEMORY].sum(), ready[:, GPU].sum()])
+
+    def fairness_totals(self) -> np.ndarray:
+        """Cluster capacity queues divide (§6.1): allocatable of the ready nodes."""
+        return self._fairness_totals
 
     def placed_fairness(self, task: Task, node: int) -> np.ndarray:
         gpus = task.accepted_gpus(float(self.snapshot.nodes.gpu_memory[node]))
