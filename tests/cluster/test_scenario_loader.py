@@ -125,7 +125,9 @@ BASE: dict[str, Any] = {
             "subGroups": {
                 "name": "",
                 "minSubGroups": 1,
-                "subGroupSets": [{"name": "set-a", "minSubGroups": None, "podSets": [{"name": "a1", "minAvailable": 1}]}],
+                "subGroupSets": [
+                    {"name": "set-a", "minSubGroups": None, "podSets": [{"name": "a1", "minAvailable": 1}]}
+                ],
                 "podSets": [{"name": "b", "minAvailable": 0}],
             },
             "tasks": [
@@ -238,7 +240,11 @@ def test_default_plugins_are_kais_list_with_placement_arguments(tmp_path: Path) 
 
 
 def test_plugin_list_replaces_the_defaults(tmp_path: Path) -> None:
-    plugins = [{"name": "proportion"}, {"name": "gpuspread"}, {"name": "nodeplacement", "arguments": {"gpu": "spread"}}]
+    plugins = [
+        {"name": "proportion"},
+        {"name": "gpuspread"},
+        {"name": "nodeplacement", "arguments": {"gpu": "spread"}},
+    ]
     cfg = load_scenario(write(tmp_path, variant(plugins=plugins))).config
     assert [p.name for p in cfg.plugins] == ["proportion", "gpuspread", "nodeplacement"]
     assert cfg.plugin_arguments("nodeplacement") == {"gpu": "spread"}

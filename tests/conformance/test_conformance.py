@@ -28,7 +28,7 @@ MIN_PASS = {
     "integration-consolidation": 6,
     "integration-deletion": 3,
     "integration-preempt": 9,
-    "integration-reclaim": 26,
+    "integration-reclaim": 27,
     "integration-stalegangeviction": 1,
     "preempt": 5,
     "reclaim": 19,

@@ -8,6 +8,7 @@ from builders import (
     binds,
     cluster,
     config,
+    find_job,
     find_task,
     open_session,
     pipelined,
@@ -152,7 +153,7 @@ def test_cpu_only_task_uses_cpu_placement_and_prefers_cpu_nodes() -> None:
 
 
 def example_10_nodes(n2_free_releasing: bool = False) -> ClusterState:
-    """n1 8 GPUs, 6 free idle; n2 8 GPUs, 2 free (idle or releasing); n3 4 GPUs, 4 free of which 1 releasing."""
+    """n1: 8 GPUs, 6 free idle; n2: 8 GPUs, 2 free (idle or releasing); n3: 4 GPUs, 4 free, 1 releasing."""
     n2_status = S.RELEASING if n2_free_releasing else S.RUNNING
     return (
         cluster()
@@ -377,7 +378,12 @@ def test_node_selector_and_affinity_filter_nodes_when_predicates_are_on() -> Non
         .job("busy", queue="q", gpus=1, pods=6, status=S.RUNNING, node="big")
         .job("free", queue="q", gpus=1)
         .job("sel", queue="q", gpus=1, node_selector={"zone": "b"})
-        .job("aff", queue="q", gpus=1, node_affinity=[AffinityRequirement("kai.scheduler/type", "In", ("small",))])
+        .job(
+            "aff",
+            queue="q",
+            gpus=1,
+            node_affinity=[AffinityRequirement("kai.scheduler/type", "In", ("small",))],
+        )
         .job("anti", queue="q", gpus=1, node_affinity=[AffinityRequirement("zone", "NotIn", ("a",))])
         .job("nowhere", queue="q", gpus=1, node_selector={"zone": "c"})
         .build()
@@ -476,3 +482,131 @@ def test_every_job_with_a_pending_pod_gets_a_reason() -> None:
     assert "gang needs 5" in plan.pending_reasons["too-big-gang"]
     assert "other" in plan.pending_reasons["over-limit"]
     assert "not enough pods" in plan.pending_reasons["not-ready"]
+
+
+# ---------------------------------------------------------------------- more GPU sharing and capacity cases
+
+
+def test_multi_device_fraction_opens_one_group_per_device() -> None:
+    state = (
+        cluster()
+        .node("n1", gpus=2, gpu_memory_mib=40_000)
+        .queue("q")
+        .job("pair", queue="q", gpus=0.5, gpu_devices=2)
+        .build()
+    )
+    session, plan = run_with_session(state)
+    (bind,) = plan.binds
+    assert len(set(bind.gpu_groups)) == 2
+    assert bind.accepted_gpus == 1.0
+    assert float(session.nodes.idle[0, 2]) == 0.0
+
+
+def test_multi_device_fraction_joins_a_group_and_opens_another() -> None:
+    state = (
+        cluster()
+        .node("n1", gpus=2, gpu_memory_mib=40_000)
+        .queue("q")
+        .job("half", queue="q", gpus=0.5, status=S.RUNNING, node="n1", gpu_groups=("g",))
+        .job("pair", queue="q", gpus=0.25, gpu_devices=2)
+        .build()
+    )
+    (bind,) = run_cycle(state).binds
+    assert "g" in bind.gpu_groups and len(set(bind.gpu_groups)) == 2
+    assert bind.accepted_gpus == 0.5
+
+
+def test_fraction_waits_for_a_fully_releasing_shared_gpu() -> None:
+    state = (
+        cluster()
+        .node("n1", gpus=1, gpu_memory_mib=40_000)
+        .queue("q")
+        .job("old", queue="q", gpus=0.5, status=S.RELEASING, node="n1", gpu_groups=("g",))
+        .job("new", queue="q", gpus=0.5)
+        .build()
+    )
+    plan = run_cycle(state)
+    assert plan.binds == []
+    assert pipelined(plan) == {"new-0": "n1"}
+
+
+def test_node_level_capacity_check_uses_the_fraction_the_node_would_grant() -> None:
+    """§6.4: 10,000 MiB is 0.25 of a 40 GB GPU but 0.13 of an 80 GB one; the queue may have 0.2."""
+    state = (
+        cluster()
+        .node("a-small", gpus=2, gpu_memory_mib=40_000)
+        .node("b-large", gpus=2, gpu_memory_mib=80_000)
+        .queue("q", gpu_limit=0.2)
+        .job("m", queue="q", gpu_memory_mib=10_000)
+        .build()
+    )
+    (bind,) = run_cycle(state).binds
+    assert (bind.node, bind.accepted_gpus) == ("b-large", 0.13)
+
+
+def test_job_level_capacity_check_uses_the_largest_gpu_memory() -> None:
+    state = (
+        cluster()
+        .node("a-small", gpus=2, gpu_memory_mib=40_000)
+        .node("b-large", gpus=2, gpu_memory_mib=80_000)
+        .queue("q", gpu_limit=0.1)
+        .job("m", queue="q", gpu_memory_mib=10_000)
+        .build()
+    )
+    plan = run_cycle(state)
+    assert plan.binds == []
+    assert "0.13" in plan.pending_reasons["m"]
+
+
+def test_example_6_variant_limit_is_checked_before_non_preemptible_quota() -> None:
+    state = (
+        cluster()
+        .node("n1", gpus=8)
+        .queue("q", gpu_quota=0, gpu_limit=4)
+        .job("train", queue="q", gpus=1, pods=4, status=S.RUNNING, node="n1")
+        .job("build", queue="q", gpus=1, priority=100)
+        .build()
+    )
+    reason = run_cycle(state).pending_reasons["build"]
+    assert "limit" in reason and "non-preemptible" not in reason
+
+
+def test_cpu_only_pod_is_drawn_to_a_node_with_a_shared_gpu() -> None:
+    """§16.2 NOTE: gpusharingorder's 10,000 does not check the task type and beats resourcetype's 10."""
+    state = (
+        cluster()
+        .node("a-cpu", cpu_millis=8000)
+        .node("b-gpu", gpus=2, gpu_memory_mib=40_000, cpu_millis=8000)
+        .queue("q")
+        .job("frac", queue="q", gpus=0.5, status=S.RUNNING, node="b-gpu", gpu_groups=("g",))
+        .job("web", queue="q", cpu_millis=100)
+        .build()
+    )
+    assert binds(run_cycle(state)) == {"web-0": "b-gpu"}
+    without_group = cluster().node("a-cpu", cpu_millis=8000).node("b-gpu", gpus=2, cpu_millis=8000).queue("q")
+    assert binds(run_cycle(without_group.job("web", queue="q", cpu_millis=100).build())) == {"web-0": "a-cpu"}
+
+
+# ---------------------------------------------------------------------- start time (§10)
+
+
+def test_last_start_is_set_only_when_a_job_first_binds() -> None:
+    state = (
+        cluster(now=500.0)
+        .node("n1", gpus=4)
+        .node("n2", gpus=2, labels={"pool": "two"})
+        .queue("q")
+        .job("fresh", queue="q", gpus=1, created=0)
+        .job("growing", queue="q", gpus=1, pods=1, min_member=1, status=S.RUNNING, node="n1", created=1)
+        .task()
+        .job("leaving", queue="q", gpus=1, status=S.RELEASING, node="n2")
+        .job("waiting", queue="q", gpus=1, pods=2, created=-1, node_selector={"pool": "two"})
+        .build()
+    )
+    state.jobs[1].last_start = 100.0
+    session, plan = run_with_session(state)
+    assert {b.job for b in plan.binds} == {"fresh", "growing"}
+    assert {b.job for b in plan.pipelined} == {"waiting"}
+    assert find_job(session, "fresh").last_start == 500.0
+    assert find_job(session, "growing").last_start == 100.0  # already had a running pod
+    assert find_job(session, "waiting").last_start is None  # pipelined is not started

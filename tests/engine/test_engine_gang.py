@@ -247,3 +247,30 @@ def test_elastic_pod_that_waits_for_releases_does_not_stop_the_gang_binding() ->
     plan = run_cycle(state)
     assert binds(plan) == {"j-0": "n1", "j-1": "n1"}
     assert [(b.task, b.node) for b in plan.pipelined] == [("j-2", "n2")]
+
+
+# ------------------------------------------------------ readiness (§8.1) and subgroup order (§5.4)
+
+
+def test_gated_pods_do_not_make_a_gang_ready() -> None:
+    state = (
+        cluster()
+        .node("n1", gpus=8)
+        .queue("q")
+        .job("j", queue="q", gpus=1, pods=1, min_member=2)
+        .task(status=S.GATED)
+        .build()
+    )
+    plan = run_cycle(state)
+    assert plan.binds == []
+    assert "not enough pods" in plan.pending_reasons["j"]
+
+
+def test_optional_member_with_fewer_pods_grows_first() -> None:
+    state = tree_state({"a": (1, 2), "b": (1, 1)}, {"a": 0, "b": 0})
+    assert names_to_allocate(open_session(state), "j") == ["b-0"]
+
+
+def test_required_member_grows_before_an_optional_one() -> None:
+    state = tree_state({"a-optional": (1, 0), "b-required": (1, 1)}, {"a-optional": 0, "b-required": 1})
+    assert names_to_allocate(open_session(state), "j") == ["b-required-0"]

@@ -71,6 +71,20 @@ def test_job_below_its_gang_minimum_goes_before_one_that_would_grow() -> None:
     assert only_bound_job(binds(run_cycle(state))) == "b-starting"
 
 
+def test_job_exactly_at_its_minimum_goes_before_one_above_it() -> None:
+    state = (
+        cluster()
+        .node("n1", gpus=6)
+        .queue("q")
+        .job("a-above", queue="q", gpus=1, pods=3, min_member=2, status=S.RUNNING, node="n1")
+        .task()
+        .job("b-at-min", queue="q", gpus=1, pods=2, min_member=2, status=S.RUNNING, node="n1", created=50)
+        .task()
+        .build()
+    )
+    assert only_bound_job(binds(run_cycle(state))) == "b-at-min"
+
+
 # ---------------------------------------------------------------------- queue order (§5.2)
 
 

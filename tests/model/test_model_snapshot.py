@@ -6,7 +6,7 @@ ARCHITECTURE.md "Determinism and errors"; spec §1.1 (queue hierarchy), §1.2 (s
 from __future__ import annotations
 
 import pytest
-from builders import ClusterBuilder, binds, cluster, run_cycle
+from builders import ClusterBuilder, binds, cluster, pod_set, run_cycle, subgroup_set
 
 from kai_ray.model.objects import ClusterState, NodeSpec, QueueSpec, TaskStatus
 from kai_ray.model.resources import CPU, GPU, MEMORY, PODS
@@ -65,13 +65,7 @@ def test_namespaced_job_is_named_with_its_namespace() -> None:
 
 
 def test_parent_cycle_drops_every_queue_on_it_and_their_jobs() -> None:
-    state = (
-        healthy()
-        .queue("x", parent="y")
-        .queue("y", parent="x")
-        .job("in-cycle", queue="x", gpus=1)
-        .build()
-    )
+    state = healthy().queue("x", parent="y").queue("y", parent="x").job("in-cycle", queue="x", gpus=1).build()
     for queue in ("x", "y"):
         problem = problem_for(state, "Queue", queue)
         assert problem.field == "spec.parentQueue"
@@ -132,7 +126,8 @@ def test_only_the_pod_naming_a_missing_subgroup_is_excluded() -> None:
 
 @pytest.mark.parametrize("request_field", ["cpu_millis", "memory", "gpu", "gpu_memory_mib"])
 def test_negative_request_is_reported(request_field: str) -> None:
-    state = healthy().job("neg", queue="good", pods=0, min_member=1).task(**{request_field: -1}).build()
+    state = healthy().job("neg", queue="good", gpus=1).build()
+    setattr(state.jobs[-1].tasks[0], request_field, -1)
     problem = problem_for(state, "PodGroup", "neg")
     assert problem.field == "pods[neg-0]"
     assert "negative" in problem.message
@@ -158,10 +153,13 @@ def test_running_task_on_a_missing_node_is_reported_but_pending_with_node_is_fin
 
 
 def test_bad_subgroup_tree_is_reported() -> None:
-    from builders import pod_set, subgroup_set
-
     too_demanding = subgroup_set("", pod_set("a", 1), min_subgroups=2)
-    state = healthy().job("tree", queue="good", gpus=1, pods=0, subgroups=too_demanding).task(subgroup="a").build()
+    state = (
+        healthy()
+        .job("tree", queue="good", gpus=1, pods=0, subgroups=too_demanding)
+        .task(subgroup="a")
+        .build()
+    )
     problem = problem_for(state, "PodGroup", "tree")
     assert problem.field == "spec.subGroups"
     assert_rest_is_scheduled(state)

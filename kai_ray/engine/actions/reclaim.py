@@ -49,6 +49,7 @@ class ReclaimPolicy:
         self.reclaimer = reclaimer
         self.request = request
         self.allocated = self.book.allocated.copy()
+        self.allocated_non_preemptible = self.book.allocated_non_preemptible.copy()
         self.min_runtime = MinRuntime(session)
         multiplier = float(session.config.plugin_arguments("proportion").get(SATURATION_ARGUMENT, "1.0"))
         self.multiplier = max(multiplier, 1.0)
@@ -108,7 +109,7 @@ class ReclaimPolicy:
         for row in book.chains[self.reclaimer.queue]:
             alloc = remaining[row] + self.request
             if non_preemptible and not _within(
-                book.allocated_non_preemptible[row] + self.request, book.deserved[row]
+                self.allocated_non_preemptible[row] + self.request, book.deserved[row]
             ):
                 return False
             for sibling in self._siblings(row):
