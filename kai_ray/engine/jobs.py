@@ -151,6 +151,11 @@ class Job:
         return self.spec.name
 
     @property
+    def key(self) -> str:
+        """namespace/name: names alone repeat across namespaces."""
+        return self.spec.key
+
+    @property
     def queue(self) -> str:
         return self.spec.queue
 

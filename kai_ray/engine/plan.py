@@ -66,18 +66,23 @@ def build_plan(session: Session, initial: dict[int, TaskStatus], eviction_reason
     for job in session.jobs:
         for task in job.tasks:
             state = task_state(session, task)
-            plan.tasks[(job.name, task.name)] = state
+            plan.tasks[(job.key, task.name)] = state
             if task.status == initial[task.uid]:
                 continue
             if task.status == TaskStatus.ALLOCATED and state.node is not None:
-                plan.binds.append(Bind(job.name, task.name, state.node, task.groups, state.accepted_gpus))
+                plan.binds.append(Bind(job.key, task.name, state.node, task.groups, state.accepted_gpus))
             elif task.status == TaskStatus.PIPELINED and state.node is not None:
-                plan.pipelined.append(Bind(job.name, task.name, state.node, task.groups, state.accepted_gpus))
+                plan.pipelined.append(Bind(job.key, task.name, state.node, task.groups, state.accepted_gpus))
             elif task.status == TaskStatus.RELEASING:
                 reason = eviction_reasons.get(task.uid, "evicted")
-                plan.evictions.append(Eviction(job.name, task.name, state.node, reason))
+                plan.evictions.append(Eviction(job.key, task.name, state.node, reason))
         if job.pending_tasks():
-            plan.pending_reasons[job.name] = session.job_reasons.get(job.name, _default_reason(job))
+            plan.pending_reasons[job.key] = session.job_reasons.get(job.key, _default_reason(job))
+    for problem in session.snapshot.problems:
+        if problem.kind == "PodGroup":
+            plan.pending_reasons.setdefault(
+                problem.name, f"not scheduled: {problem.field}: {problem.message}"
+            )
     return plan
 
 

@@ -168,7 +168,7 @@ class Session:
             part = plugin.job_order_key(job)
             if part is not None:
                 key.extend(part)
-        return (*key, job.spec.created, job.name)
+        return (*key, job.spec.created, job.spec.key)
 
     def task_order_key(self, task: Task) -> OrderKey:
         key: list[float | str] = []
@@ -207,4 +207,4 @@ class Session:
         return self.has_plugin("predicates")
 
     def note_reason(self, job: Job, reason: str) -> None:
-        self.job_reasons.setdefault(job.name, reason)
+        self.job_reasons.setdefault(job.key, reason)

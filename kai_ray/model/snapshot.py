@@ -9,7 +9,7 @@ so the engine never sees them and never raises on them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -107,7 +107,8 @@ def compile_snapshot(state: ClusterState) -> Snapshot:
     for queue in sorted(queues.values(), key=lambda q: (q.created, q.name)):
         if queue.parent is not None:
             children[queue.parent].append(queue.name)
-    jobs = [job for job in state.jobs if _job_is_valid(job, queues, children, table, problems)]
+    checked = (_valid_job(job, queues, children, table, problems) for job in state.jobs)
+    jobs = [job for job in checked if job is not None]
     return Snapshot(table, queues, children, jobs, state.now, problems)
 
 
@@ -159,30 +160,38 @@ def _queue_chain_problem(name: str, by_name: dict[str, QueueSpec]) -> str | None
     return None
 
 
-def _job_is_valid(
+def _valid_job(
     job: JobSpec,
     queues: dict[str, QueueSpec],
     children: dict[str, list[str]],
     nodes: NodeTable,
     problems: list[Problem],
-) -> bool:
-    def report(field_name: str, message: str) -> bool:
+) -> JobSpec | None:
+    """The job without its uninterpretable pods, or None when the job itself is unusable."""
+
+    def report(field_name: str, message: str) -> None:
         problems.append(Problem("PodGroup", job.key, field_name, message))
-        return False
 
     if job.queue not in queues:
-        return report("spec.queue", f"queue {job.queue!r} does not exist")
+        report("spec.queue", f"queue {job.queue!r} does not exist")
+        return None
     if children[job.queue]:
-        return report("spec.queue", f"queue {job.queue!r} is not a leaf queue")
+        report("spec.queue", f"queue {job.queue!r} is not a leaf queue")
+        return None
     tree_problem = _subgroup_tree_problem(job.subgroups)
     if tree_problem:
-        return report("spec.subGroups", tree_problem)
+        report("spec.subGroups", tree_problem)
+        return None
     pod_sets = {p.name for p in job.subgroups.all_pod_sets()}
+    kept = []
     for task in job.tasks:
         task_problem = _task_problem(task, pod_sets, nodes)
         if task_problem:
-            return report(f"pods[{task.name}]", task_problem)
-    return True
+            pod = f"{job.namespace}/{task.name}" if job.namespace else task.name
+            problems.append(Problem("Pod", pod, *task_problem))
+        else:
+            kept.append(task)
+    return job if len(kept) == len(job.tasks) else replace(job, tasks=kept)
 
 
 def _subgroup_tree_problem(tree: SubGroupSetSpec) -> str | None:
@@ -211,17 +220,22 @@ def _subgroup_tree_problem(tree: SubGroupSetSpec) -> str | None:
     return None
 
 
-def _task_problem(task: TaskSpec, pod_sets: set[str], nodes: NodeTable) -> str | None:
+SUBGROUP_FIELD = "metadata.labels[kai.scheduler/subgroup-name]"
+REQUESTS_FIELD = "spec.containers[].resources.requests"
+
+
+def _task_problem(task: TaskSpec, pod_sets: set[str], nodes: NodeTable) -> tuple[str, str] | None:
+    """(field, message) of the first thing that makes this pod unschedulable as written."""
     if task.subgroup not in pod_sets:
-        return f"names subgroup {task.subgroup!r} that the PodGroup does not have"
+        return SUBGROUP_FIELD, f"names subgroup {task.subgroup!r} that the PodGroup does not have"
     if min(task.cpu_millis, task.memory, task.gpu, task.gpu_memory_mib) < 0:
-        return "negative resource request"
+        return REQUESTS_FIELD, "negative resource request"
     if task.gpu > 1 and not float(task.gpu).is_integer():
-        return f"GPU request {task.gpu} is neither whole nor a fraction below 1"
+        return REQUESTS_FIELD, f"GPU request {task.gpu} is neither whole nor a fraction below 1"
     if (
         task.node is not None
         and task.node not in nodes.index
         and task.status.value not in ("Pending", "Gated")
     ):
-        return f"placed on node {task.node!r} that does not exist"
+        return "spec.nodeName", f"placed on node {task.node!r} that does not exist"
     return None

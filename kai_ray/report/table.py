@@ -90,11 +90,11 @@ def jobs_table(result: CycleResult) -> Table:
     table = Table(title="Jobs", title_justify="left")
     for column in ("job", "queue", "status", "pods", "nodes", "why pending"):
         table.add_column(column, overflow="fold")
-    for job in sorted(session.jobs, key=lambda j: (j.queue, j.name)):
+    for job in sorted(session.jobs, key=lambda j: (j.queue, j.key)):
         nodes = sorted({session.nodes.table.names[t.node] for t in job.tasks if t.node is not None})
         status = job_status(job)
         style = STATUS_STYLE.get(status.split(" ")[0], "")
-        reason = result.plan.pending_reasons.get(job.name, "")
+        reason = result.plan.pending_reasons.get(job.key, "")
         pods = str(len(job.tasks))
         table.add_row(job.spec.key, job.queue, Text(status, style=style), pods, ", ".join(nodes), reason)
     return table

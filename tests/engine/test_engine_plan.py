@@ -42,12 +42,6 @@ def test_pending_pod_keeps_its_node_hint_in_the_plan() -> None:
     assert plan.tasks[("hinted", "hinted-0")].node == "n1"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PodGroups are namespaced (JobSpec.key = namespace/name, used by snapshot Problems), but the plan "
-    "identifies jobs by bare name: Bind.job, Plan.tasks keys and Plan.pending_reasons collide for two "
-    "PodGroups named alike in different namespaces",
-)
 def test_same_job_name_in_two_namespaces_stays_two_jobs_in_the_plan() -> None:
     state = (
         cluster()

@@ -101,17 +101,12 @@ def test_duplicate_queue_keeps_the_first() -> None:
 
 def test_task_naming_a_missing_subgroup_is_reported() -> None:
     state = healthy().job("typo", queue="good", gpus=1, pods=0, min_member=1).task(subgroup="wroker").build()
-    problem = problem_for(state, "PodGroup", "typo")
-    assert problem.field == "pods[typo-0]"
+    problem = problem_for(state, "Pod", "typo-0")
+    assert problem.field == "metadata.labels[kai.scheduler/subgroup-name]"
     assert "wroker" in problem.message
     assert_rest_is_scheduled(state)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="§1.2: a pod naming a non-existent subgroup is excluded (with a fit error); the snapshot drops "
-    "the whole PodGroup instead, so the job's valid pods are never scheduled",
-)
 def test_only_the_pod_naming_a_missing_subgroup_is_excluded() -> None:
     state = (
         cluster()
@@ -128,15 +123,15 @@ def test_only_the_pod_naming_a_missing_subgroup_is_excluded() -> None:
 def test_negative_request_is_reported(request_field: str) -> None:
     state = healthy().job("neg", queue="good", gpus=1).build()
     setattr(state.jobs[-1].tasks[0], request_field, -1)
-    problem = problem_for(state, "PodGroup", "neg")
-    assert problem.field == "pods[neg-0]"
+    problem = problem_for(state, "Pod", "neg-0")
+    assert problem.field == "spec.containers[].resources.requests"
     assert "negative" in problem.message
     assert_rest_is_scheduled(state)
 
 
 def test_fractional_gpu_above_one_is_reported() -> None:
     state = healthy().job("odd", queue="good", gpus=1.5).build()
-    assert "1.5" in problem_for(state, "PodGroup", "odd").message
+    assert "1.5" in problem_for(state, "Pod", "odd-0").message
     assert_rest_is_scheduled(state)
 
 
@@ -148,7 +143,7 @@ def test_running_task_on_a_missing_node_is_reported_but_pending_with_node_is_fin
         .build()
     )
     problems = compile_snapshot(state).problems
-    assert [(p.kind, p.name, p.field) for p in problems] == [("PodGroup", "ghost", "pods[ghost-0]")]
+    assert [(p.kind, p.name, p.field) for p in problems] == [("Pod", "ghost-0", "spec.nodeName")]
     assert "n9" in problems[0].message
 
 

@@ -174,7 +174,9 @@ def _job(raw: dict[str, Any]) -> JobSpec:
     if "subGroups" in raw:
         tree = _subgroups(raw["subGroups"])
     else:
-        tree = SubGroupSetSpec(pod_sets=(PodSetSpec("default", int(raw["minMember"])),))
+        tree = SubGroupSetSpec(
+            pod_sets=(PodSetSpec("default", int(raw.get("minMember", len(raw["tasks"])))),)
+        )
     last_start = _ago(raw.get("startedMinutesAgo"), 60.0)
     return JobSpec(
         name=raw["name"],

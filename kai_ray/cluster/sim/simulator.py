@@ -67,12 +67,12 @@ class SimulatedCluster:
         return results
 
     def _apply(self, plan: Plan, session: Session) -> None:
-        jobs = {job.name: job for job in self.state.jobs}
+        jobs = {job.key: job for job in self.state.jobs}
         for job in session.jobs:
-            jobs[job.name].last_start = job.last_start
+            jobs[job.key].last_start = job.last_start
         for job_spec in self.state.jobs:
             for task in job_spec.tasks:
-                state = plan.tasks.get((job_spec.name, task.name))
+                state = plan.tasks.get((job_spec.key, task.name))
                 if state is None or state.status == task.status:
                     continue
                 task.status = TaskStatus.BINDING if state.status == TaskStatus.ALLOCATED else state.status
@@ -98,7 +98,7 @@ def _view(session: Session) -> ClusterView:
     view = ClusterView()
     for job in session.jobs:
         for task in job.tasks:
-            view.tasks[(job.name, task.name)] = task_state(session, task)
+            view.tasks[(job.key, task.name)] = task_state(session, task)
     table = session.nodes.table
     for row, name in enumerate(table.names):
         view.nodes[name] = NodeGpus(
