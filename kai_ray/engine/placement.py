@@ -33,17 +33,9 @@ def place_task(
         reason = plugin.pre_predicate(task)
         if reason:
             return reason
-    candidates = session.fits_with_releasing(task)
-    if node_mask is not None:
-        candidates &= node_mask
+    candidates, why_not = _candidate_nodes(session, task, node_mask)
     if not candidates.any():
-        return _no_room_reason(session, task)
-    for plugin in session.plugins:
-        node_filter = plugin.node_filter(task)
-        if node_filter is not None:
-            candidates &= node_filter.mask
-            if not candidates.any():
-                return f"pod {task.name}: no node with room passes the filter ({node_filter.reason})"
+        return f"pod {task.name}: 0 of {len(candidates)} nodes fit ({'; '.join(why_not)})"
     if session.predicates_enabled and not task.is_shared_gpu:
         reason = _node_capacity_problem(session, task, task.spec.gpu)
         if reason:
@@ -78,9 +70,37 @@ def _node_capacity_problem(session: Session, task: Task, accepted_gpus: float) -
     return None
 
 
-def _no_room_reason(session: Session, task: Task) -> str:
-    nodes = len(session.nodes.table)
-    return f"pod {task.name}: none of {nodes} nodes has room for it now or after releases"
+RESOURCE_NAMES = ("CPU", "memory", "GPUs", "pod slots")
+
+
+def _candidate_nodes(
+    session: Session, task: Task, node_mask: np.ndarray | None
+) -> tuple[np.ndarray, list[str]]:
+    """Rows that pass every filter and have room, and how many each stage turned away."""
+    candidates = np.ones(len(session.nodes.table), dtype=bool) if node_mask is None else node_mask.copy()
+    why_not: list[str] = []
+    for plugin in session.plugins:
+        node_filter = plugin.node_filter(task)
+        if node_filter is None:
+            continue
+        if np.any(candidates & ~node_filter.mask):
+            why_not.append(node_filter.reason)
+        candidates &= node_filter.mask
+    fits = session.fits_with_releasing(task)
+    short = candidates & ~fits
+    if short.any():
+        why_not.append(f"{int(np.count_nonzero(short))} lack free {_missing_resources(session, task, short)}")
+    return candidates & fits, why_not
+
+
+def _missing_resources(session: Session, task: Task, rows: np.ndarray) -> str:
+    available = session.nodes.idle[rows] + session.nodes.releasing[rows]
+    missing = [
+        name for d, name in enumerate(RESOURCE_NAMES) if np.any(task.request[d] > available[:, d] + EPSILON)
+    ]
+    if task.is_shared_gpu:
+        missing.append("shared GPU memory")
+    return " and ".join(missing) or "resources"
 
 
 def _place_shared(

@@ -22,7 +22,7 @@ OrderKey = tuple[float | str, ...]
 
 @dataclass(frozen=True)
 class NodeFilter:
-    """Which node rows pass, and how to say why the others do not."""
+    """Which node rows pass, and why the others do not, with counts ("3 fail node affinity/taints")."""
 
     mask: np.ndarray
     reason: str

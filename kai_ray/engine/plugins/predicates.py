@@ -39,20 +39,23 @@ class PredicatesPlugin(Plugin):
 
     def _static_filter(self, spec: TaskSpec) -> NodeFilter:
         table = self.session.nodes.table
-        reasons = []
-        mask = table.schedulable.copy()
-        if not mask.all():
-            reasons.append("unschedulable or not ready")
-        matches = np.array([_matches_node(spec, node) for node in table.specs], dtype=bool)
-        if len(matches) and not matches.all():
-            reasons.append("node affinity/selector mismatch or untolerated taint")
-        mask &= matches if len(matches) else mask
+        stages = [
+            (table.schedulable, "unschedulable or not ready"),
+            (
+                np.array([_matches_node(spec, node) for node in table.specs], dtype=bool),
+                "fail node affinity/taints",
+            ),
+        ]
         if spec.gpu_memory_mib > 0:
-            synced = table.gpu_memory_synced
-            if not synced.all():
-                reasons.append("GPU memory not published")
-            mask &= synced
-        return NodeFilter(mask, ", ".join(reasons) or "filtered")
+            stages.append((table.gpu_memory_synced, "do not publish GPU memory"))
+        mask = np.ones(len(table), dtype=bool)
+        reasons = []
+        for stage_mask, words in stages:
+            turned_away = int(np.count_nonzero(mask & ~stage_mask))
+            if turned_away:
+                reasons.append(f"{turned_away} {words}")
+            mask &= stage_mask
+        return NodeFilter(mask, ", ".join(reasons))
 
 
 def _signature(spec: TaskSpec) -> SignatureKey:
