@@ -134,6 +134,8 @@ class ClusterBuilder:
         memory_quota: float = UNLIMITED,
         memory_limit: float = NO_LIMIT,
         memory_weight: float = 1.0,
+        preempt_min_runtime: float | None = None,
+        reclaim_min_runtime: float | None = None,
     ) -> ClusterBuilder:
         """A queue. GPU quota defaults to 0 (KAI's default); every limit defaults to -1 (no cap)."""
         self._queues.append(
@@ -145,6 +147,8 @@ class ClusterBuilder:
                 gpu=ResourceQuota(gpu_quota, gpu_limit, gpu_weight),
                 cpu=ResourceQuota(cpu_quota, cpu_limit, cpu_weight),
                 memory=ResourceQuota(memory_quota, memory_limit, memory_weight),
+                preempt_min_runtime=preempt_min_runtime,
+                reclaim_min_runtime=reclaim_min_runtime,
             )
         )
         return self
@@ -174,6 +178,8 @@ class ClusterBuilder:
         node_selector: dict[str, str] | None = None,
         node_affinity: Iterable[AffinityRequirement] = (),
         tolerations: Iterable[Toleration] = (),
+        started: float | None = None,
+        preemption_delay: float | None = None,
     ) -> ClusterBuilder:
         """A PodGroup with `pods` identical pods named `<job>-<i>`.
 
@@ -190,6 +196,8 @@ class ClusterBuilder:
             preemptible=priority < 100 if preemptible is None else preemptible,
             created=created,
             deleting=deleting,
+            last_start=started,
+            preemption_delay=preemption_delay,
         )
         if subgroups is not None:
             spec.subgroups = subgroups
