@@ -9,7 +9,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from kai_ray.model.objects import ClusterState, JobSpec, NodeSpec, QueueSpec, ResourceQuota, TaskSpec
+from kai_ray.model.objects import (
+    ClusterState,
+    JobSpec,
+    NodeSpec,
+    PodSetSpec,
+    QueueSpec,
+    ResourceQuota,
+    SubGroupSetSpec,
+    TaskSpec,
+    TaskStatus,
+)
 
 GPUS_PER_NODE = 8
 UNLIMITED_QUOTA = ResourceQuota(-1.0, -1.0, 1.0)
@@ -53,8 +63,54 @@ def fill(nodes: int, jobs: int, queues: int = 10) -> ClusterState:
     )
 
 
+def reclaim(nodes: int, gang_pods: int) -> ClusterState:
+    """A full cluster of one-GPU pods from an over-quota queue, and one pending gang of 8-GPU pods.
+
+    The gang's queue deserves exactly what the gang needs, so reclaim must free
+    `gang_pods` whole nodes by evicting the hog queue's newest pods.
+    """
+    total = float(nodes * GPUS_PER_NODE)
+    wanted = float(gang_pods * GPUS_PER_NODE)
+    queues = [
+        QueueSpec(name="root", gpu=UNLIMITED_QUOTA),
+        QueueSpec(name="hog", parent="root", created=0.0, gpu=ResourceQuota(total - wanted, -1.0, 1.0)),
+        QueueSpec(name="starved", parent="root", created=1.0, gpu=ResourceQuota(wanted, -1.0, 1.0)),
+    ]
+    running = [
+        JobSpec(
+            name=f"hog-{i:06d}",
+            queue="hog",
+            created=float(i),
+            last_start=float(i),
+            tasks=[
+                TaskSpec(
+                    name=f"hog-{i:06d}-0",
+                    status=TaskStatus.RUNNING,
+                    node=f"node-{i % nodes:05d}",
+                    cpu_millis=1000,
+                    memory=1e9,
+                    gpu=1,
+                )
+            ],
+        )
+        for i in range(nodes * GPUS_PER_NODE)
+    ]
+    gang = JobSpec(
+        name="gang",
+        queue="starved",
+        created=float(nodes * GPUS_PER_NODE),
+        subgroups=SubGroupSetSpec(pod_sets=(PodSetSpec("default", gang_pods),)),
+        tasks=[
+            TaskSpec(name=f"gang-{i}", cpu_millis=1000, memory=1e9, gpu=GPUS_PER_NODE)
+            for i in range(gang_pods)
+        ],
+    )
+    return ClusterState(nodes=gpu_nodes(nodes), queues=queues, jobs=[*running, gang], now=float(nodes * 100))
+
+
 SHAPES: dict[str, tuple[str, Callable[[int, int], ClusterState]]] = {
     "fill": (r"fill-(\d+)x(\d+)", fill),
+    "reclaim": (r"reclaim-(\d+)x(\d+)", reclaim),
 }
 
 

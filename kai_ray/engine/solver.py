@@ -11,22 +11,21 @@ never by wall-clock time, so every machine finds the same victims.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from kai_ray.engine.allocation import allocate_job
+from kai_ray.engine.gang import tasks_to_allocate
 from kai_ray.engine.job_queue import JobQueue
 from kai_ray.engine.jobs import Job, Task
 from kai_ray.engine.session import Session
 from kai_ray.engine.statement import Statement
 from kai_ray.engine.victims import VictimQueue
 from kai_ray.model.objects import ACTIVE_USED, TaskStatus
-from kai_ray.model.resources import GPU
-
-VictimGroups = list[tuple[Job, list[Task]]]
+from kai_ray.model.resources import EPSILON, GPU
 
 
 @dataclass(frozen=True)
@@ -62,72 +61,125 @@ class SearchBudget:
         return self.left >= 0
 
 
-Generator = Callable[[Session, VictimGroups, VictimGroups], Iterator[VictimGroups]]
+class Accumulation:
+    """Victim batches gathered so far, indexed by job and by node for cheap scenario building."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.tasks_by_job: dict[Job, list[Task]] = {}
+        self.jobs_by_node: dict[int, dict[Job, None]] = {}
+        self.freed_gpus = np.zeros(len(session.nodes.table))
+
+    def add(self, job: Job, tasks: list[Task]) -> None:
+        self.tasks_by_job.setdefault(job, []).extend(tasks)
+        for task in tasks:
+            if task.node is not None:
+                self.jobs_by_node.setdefault(task.node, {})[job] = None
+                self.freed_gpus[task.node] += _gpus_held(task)
+
+    def on_nodes(self, nodes: Iterable[int]) -> list[Task]:
+        """Whole victim jobs (all their gathered pods) with a pod on one of the nodes: gangs are not split."""
+        jobs: dict[Job, None] = {}
+        for node in sorted(set(nodes)):
+            jobs.update(self.jobs_by_node.get(node, {}))
+        return [task for job in jobs for task in self.tasks_by_job[job]]
+
+
+def _gpus_held(task: Task) -> float:
+    return float(task.request[GPU]) if not task.is_shared_gpu else float(task.spec.gpu_devices)
+
+
+Generator = Callable[[Session, Accumulation, list[Task], list[float]], Iterator[list[Task]]]
 
 
 def solve(session: Session, preemptor: Job, policy: VictimPolicy, budget: SearchBudget) -> Statement | None:
     candidates = [j for j in session.jobs if j is not preemptor and policy.is_candidate(preemptor, j)]
     if not candidates:
         return None
+    wanted = (_gpus_wanted(t) for t in tasks_to_allocate(session, preemptor))
+    demand = sorted((gpus for gpus in wanted if gpus > 0), reverse=True)
     tried: set[frozenset[int]] = set()
     for generate in (_node_local_scenarios, _multi_node_scenarios):
         victims = VictimQueue(session, candidates)
-        accumulated: VictimGroups = []
+        accumulated = Accumulation(session)
         while (batch := victims.pop()) is not None:
-            accumulated.append(batch)
-            for scenario in generate(session, accumulated, [batch]):
-                tasks = [t for _, group in scenario for t in group]
-                key = frozenset(t.uid for t in tasks)
-                if key in tried:
+            accumulated.add(*batch)
+            if not _gpus_could_fit(session, demand, accumulated.freed_gpus):
+                continue
+            for scenario in generate(session, accumulated, batch[1], demand):
+                key = frozenset(t.uid for t in scenario)
+                if key in tried or not _gpus_could_fit(session, demand, _freed_by(session, scenario)):
                     continue
                 tried.add(key)
                 if not budget.spend():
                     return None
-                statement = simulate(session, preemptor, tasks, policy)
+                statement = simulate(session, preemptor, scenario, policy)
                 if statement is not None:
                     return statement
     return None
 
 
-def _by_job(groups: VictimGroups) -> dict[Job, list[Task]]:
-    merged: dict[Job, list[Task]] = {}
-    for job, tasks in groups:
-        merged.setdefault(job, []).extend(tasks)
-    return merged
+def _gpus_wanted(task: Task) -> float:
+    """Whole GPUs only: shared-GPU requests may fit free fractions the filter does not track."""
+    return 0.0 if task.is_shared_gpu else task.spec.gpu
 
 
-def _on_nodes(groups: VictimGroups, nodes: set[int]) -> VictimGroups:
-    """Whole victim jobs (all their accumulated pods) that have a pod on one of the nodes."""
-    return [(job, tasks) for job, tasks in _by_job(groups).items() if any(t.node in nodes for t in tasks)]
+def _freed_by(session: Session, victims: list[Task]) -> np.ndarray:
+    freed = np.zeros(len(session.nodes.table))
+    for task in victims:
+        if task.node is not None:
+            freed[task.node] += _gpus_held(task)
+    return freed
+
+
+def _gpus_could_fit(session: Session, demand: list[float], freed: np.ndarray) -> bool:
+    """Necessary condition (§11.6): largest GPU requests first, each onto the roomiest node left."""
+    if not demand:
+        return True
+    capacity = session.free_gpus() + freed
+    if float(capacity.sum()) + EPSILON < sum(demand):
+        return False
+    if demand[0] == demand[-1]:
+        return float(np.floor((capacity + EPSILON) / demand[0]).sum()) >= len(demand)
+    room = sorted(capacity.tolist(), reverse=True)
+    for want in demand:
+        best = max(range(len(room)), key=room.__getitem__)
+        if room[best] + EPSILON < want:
+            return False
+        room[best] -= want
+    return True
 
 
 def _node_local_scenarios(
-    session: Session, accumulated: VictimGroups, newest: VictimGroups
-) -> Iterator[VictimGroups]:
-    newest_nodes = sorted({t.node for _, tasks in newest for t in tasks if t.node is not None})
-    for node in newest_nodes:
-        yield _on_nodes(accumulated, {node})
+    session: Session, accumulated: Accumulation, newest: list[Task], demand: list[float]
+) -> Iterator[list[Task]]:
+    for node in sorted({t.node for t in newest if t.node is not None}):
+        yield accumulated.on_nodes([node])
 
 
 def _multi_node_scenarios(
-    session: Session, accumulated: VictimGroups, newest: VictimGroups
-) -> Iterator[VictimGroups]:
-    freed: dict[int, float] = {}
-    for _, tasks in accumulated:
-        for task in tasks:
-            if task.node is not None:
-                freed[task.node] = freed.get(task.node, 0.0) + task.request[GPU]
-    free_after = {
-        row: session.nodes.idle[row, GPU] + session.nodes.releasing[row, GPU] + gpus
-        for row, gpus in freed.items()
-    }
-    order = sorted(free_after, key=lambda row: (free_after[row], row))
-    size = 1
-    while size <= len(order):
-        yield _on_nodes(accumulated, set(order[:size]))
-        size *= 2
-    if size // 2 != len(order):
-        yield _on_nodes(accumulated, set(order))
+    session: Session, accumulated: Accumulation, newest: list[Task], demand: list[float]
+) -> Iterator[list[Task]]:
+    """Growing sets of victim nodes, smallest post-eviction capacity first (§11.6 MultiNodeGang)."""
+    free_now = session.free_gpus()
+    victim_nodes = sorted(accumulated.jobs_by_node)
+    after = {row: float(free_now[row] + accumulated.freed_gpus[row]) for row in victim_nodes}
+    smallest = demand[-1] if demand else 0.0
+    big_enough = (row for row in victim_nodes if after[row] + EPSILON >= smallest)
+    usable = sorted(big_enough, key=lambda row: (after[row], row))
+    baseline = float(free_now.sum() - sum(free_now[row] for row in victim_nodes))
+    needed = sum(demand)
+    size, covered = 0, baseline
+    while size < len(usable) and covered + EPSILON < needed:
+        covered += after[usable[size]]
+        size += 1
+    step = 1
+    while size <= len(usable):
+        yield accumulated.on_nodes(usable[: max(size, 1)])
+        if size == len(usable):
+            return
+        size = min(size + step, len(usable))
+        step *= 2
 
 
 def simulate(session: Session, preemptor: Job, victims: list[Task], policy: VictimPolicy) -> Statement | None:
