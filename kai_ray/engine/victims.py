@@ -8,11 +8,13 @@ a time, then surplus subgroups, then the rest of the job whole.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from kai_ray.engine.jobs import Job, PodSet, SubGroupSet, Task, elastic_rank
+from kai_ray.engine.plugins.base import OrderKey
 from kai_ray.engine.session import Session
 from kai_ray.model.objects import ACTIVE_ALLOCATED, JobSpec
 
@@ -95,36 +97,44 @@ def _surplus_member(session: Session, node: SubGroupSet, remaining: set[int]) ->
     return []
 
 
+@dataclass(eq=False)
+class _LeastImportantFirst:
+    """Heap entry reversing job order: the job that would be scheduled last is evicted first."""
+
+    key: OrderKey
+    victim: VictimJob
+
+    def __lt__(self, other: _LeastImportantFirst) -> bool:
+        return other.key < self.key
+
+
 class VictimQueue:
     """Pops victim batches: worst queue first (re-judged after every pop), worst job inside it."""
 
     def __init__(self, session: Session, candidates: list[Job]) -> None:
         self.session = session
-        self._by_leaf: dict[str, list[VictimJob]] = {}
+        self._by_leaf: dict[str, list[_LeastImportantFirst]] = {}
         self._taken: dict[str, np.ndarray] = {}
         for job in candidates:
             victim = VictimJob.of(job)
             if victim.remaining:
-                self._by_leaf.setdefault(job.queue, []).append(victim)
-        for victims in self._by_leaf.values():
-            self._sort(victims)
+                self._push(victim)
 
-    def _sort(self, victims: list[VictimJob]) -> None:
-        """Least important first: job order reversed, judged on what is left of each job."""
-        victims.sort(key=self.session.job_order_key, reverse=True)
+    def _push(self, victim: VictimJob) -> None:
+        """Keyed on what is left of the job, so a peeled elastic job is judged anew."""
+        entry = _LeastImportantFirst(self.session.job_order_key(victim), victim)
+        heapq.heappush(self._by_leaf.setdefault(victim.job.queue, []), entry)
 
     def pop(self) -> tuple[Job, list[Task]] | None:
         leaf = self._worst_among(self.session.queues.top_level())
         if leaf is None:
             return None
-        victims = self._by_leaf[leaf]
-        victim = victims[0]
+        victim = heapq.heappop(self._by_leaf[leaf]).victim
         batch = next_batch(self.session, victim)
         taken = {t.uid for t in batch}
         victim.remaining = [t for t in victim.remaining if t.uid not in taken]
-        if not victim.remaining:
-            victims.pop(0)
-        self._sort(victims)
+        if victim.remaining:
+            self._push(victim)
         vector = sum(
             (self.session.placed_fairness(t, t.node) for t in batch if t.node is not None), np.zeros(3)
         )
