@@ -42,7 +42,7 @@ class MinRuntime:
     def __init__(self, session: Session) -> None:
         self.session = session
         args = session.config.plugin_arguments(PLUGIN_NAME)
-        self.enabled = session.has_plugin(PLUGIN_NAME) or session.config.has_plugin(PLUGIN_NAME)
+        self.enabled = session.config.has_plugin(PLUGIN_NAME)
         self.default_preempt = parse_duration(args.get("defaultPreemptMinRuntime", "0s"))
         self.default_reclaim = parse_duration(args.get("defaultReclaimMinRuntime", "0s"))
         self.method = args.get("reclaimResolveMethod", "lca")

@@ -25,17 +25,13 @@ class GpuGroup:
     memory: float
     members: dict[int, tuple[float, TaskStatus]] = field(default_factory=dict)
 
-    def _mem(self, statuses: set[TaskStatus] | None = None, exclude: set[TaskStatus] | None = None) -> float:
-        return sum(
-            mem
-            for mem, status in self.members.values()
-            if (statuses is None or status in statuses) and (exclude is None or status not in exclude)
-        )
+    def _mem(self, exclude: frozenset[TaskStatus] = frozenset()) -> float:
+        return sum(mem for mem, status in self.members.values() if status not in exclude)
 
     @property
     def held_memory(self) -> float:
         """Memory that stays taken once releasing tasks are gone (running and pipelined)."""
-        return self._mem(exclude={TaskStatus.RELEASING})
+        return self._mem(exclude=frozenset({TaskStatus.RELEASING}))
 
     @property
     def idle_memory(self) -> float:
@@ -137,9 +133,3 @@ class NodeState:
 
     def rows_with_groups(self) -> list[int]:
         return [row for row, groups in enumerate(self.groups) if groups]
-
-    def idle_gpus(self, row: int) -> float:
-        return float(self.idle[row, GPU])
-
-    def releasing_gpus(self, row: int) -> float:
-        return float(self.releasing[row, GPU])

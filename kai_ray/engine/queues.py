@@ -7,8 +7,6 @@ indexed by queue row; columns are (cpu, memory, gpu).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 
 from kai_ray.fairshare.tree import QueueNode, fair_shares
@@ -78,9 +76,6 @@ class QueueBook:
     def allocatable_share(self, row: int) -> np.ndarray:
         share: np.ndarray = self._allocatable_share[row]
         return share
-
-    def rows(self, names: Iterable[str]) -> list[int]:
-        return [self.index[n] for n in names]
 
 
 def _triple(queue: QueueSpec, attribute: str) -> list[float]:
