@@ -63,10 +63,16 @@ class JobQueue:
     def _best_among(self, queues: list[str]) -> tuple[str, Job, np.ndarray] | None:
         best: tuple[str, Job, np.ndarray] | None = None
         best_queue = ""
+        best_key: OrderKey = ()
         for queue in queues:
             candidate = self._best_in(queue)
             if candidate is None:
                 continue
-            if best is None or self.session.compare_queues(queue, best_queue, candidate[2], best[2]) < 0:
-                best, best_queue = candidate, queue
+            key = self.session.queue_order_key(queue, candidate[2])
+            if (
+                best is None
+                or key < best_key
+                or (key == best_key and self.session.queue_tiebreak(queue, best_queue) < 0)
+            ):
+                best, best_queue, best_key = candidate, queue, key
         return best

@@ -33,9 +33,10 @@ def place_task(
         reason = plugin.pre_predicate(task)
         if reason:
             return reason
-    candidates, why_not = _candidate_nodes(session, task, node_mask)
+    candidates = _candidate_nodes(session, task, node_mask)
     if not candidates.any():
-        return f"pod {task.name}: 0 of {len(candidates)} nodes fit ({'; '.join(why_not)})"
+        why_not = "; ".join(_why_no_node_fits(session, task, node_mask))
+        return f"pod {task.name}: 0 of {len(candidates)} nodes fit ({why_not})"
     if session.predicates_enabled and not task.is_shared_gpu:
         reason = _node_capacity_problem(session, task, task.spec.gpu)
         if reason:
@@ -73,10 +74,10 @@ def _node_capacity_problem(session: Session, task: Task, accepted_gpus: float) -
 RESOURCE_NAMES = ("CPU", "memory", "GPUs", "pod slots")
 
 
-def _candidate_nodes(
+def _filtered_nodes(
     session: Session, task: Task, node_mask: np.ndarray | None
 ) -> tuple[np.ndarray, list[str]]:
-    """Rows that pass every filter and have room, and how many each stage turned away."""
+    """Rows that pass every node filter, and the filters' words for the rows they turned away."""
     candidates = np.ones(len(session.nodes.table), dtype=bool) if node_mask is None else node_mask.copy()
     why_not: list[str] = []
     for plugin in session.plugins:
@@ -86,11 +87,22 @@ def _candidate_nodes(
         if np.any(candidates & ~node_filter.mask):
             why_not.append(node_filter.reason)
         candidates &= node_filter.mask
-    fits = session.fits_with_releasing(task)
-    short = candidates & ~fits
+    return candidates, why_not
+
+
+def _candidate_nodes(session: Session, task: Task, node_mask: np.ndarray | None) -> np.ndarray:
+    candidates, _ = _filtered_nodes(session, task, node_mask)
+    fits: np.ndarray = candidates & session.fits_with_releasing(task)
+    return fits
+
+
+def _why_no_node_fits(session: Session, task: Task, node_mask: np.ndarray | None) -> list[str]:
+    """Only worked out for a failure, so placing a pod never pays for explaining one."""
+    candidates, why_not = _filtered_nodes(session, task, node_mask)
+    short = candidates & ~session.fits_with_releasing(task)
     if short.any():
         why_not.append(f"{int(np.count_nonzero(short))} lack free {_missing_resources(session, task, short)}")
-    return candidates & fits, why_not
+    return why_not
 
 
 def _missing_resources(session: Session, task: Task, rows: np.ndarray) -> str:

@@ -192,15 +192,22 @@ class Session:
 
         return sorted(node.members, key=key)
 
-    def compare_queues(self, left: str, right: str, left_job: np.ndarray, right_job: np.ndarray) -> int:
+    def queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey:
+        key: list[float | str] = []
         for plugin in self.plugins:
-            verdict = plugin.queue_compare(left, right, left_job, right_job)
+            part = plugin.queue_order_key(queue, job)
+            if part is not None:
+                key.extend(part)
+        return tuple(key)
+
+    def queue_tiebreak(self, left: str, right: str) -> int:
+        """Plugins' partial orders, then the older queue first (never 0 for distinct queues)."""
+        for plugin in self.plugins:
+            verdict = plugin.queue_tiebreak(left, right)
             if verdict:
                 return verdict
         lspec, rspec = self.snapshot.queues[left], self.snapshot.queues[right]
-        if (lspec.created, lspec.name) < (rspec.created, rspec.name):
-            return -1
-        return 1
+        return -1 if (lspec.created, lspec.name) < (rspec.created, rspec.name) else 1
 
     @functools.cached_property
     def predicates_enabled(self) -> bool:

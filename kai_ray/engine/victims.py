@@ -150,18 +150,20 @@ class VictimQueue:
         return any(self._has_victims(child) for child in children)
 
     def _worst_among(self, queues: list[str]) -> str | None:
-        worst = None
+        """The queue that would be served last, judged with the victims taken so far removed."""
+        worst: str | None = None
+        worst_key: OrderKey = ()
         for queue in queues:
             if not self._has_victims(queue):
                 continue
-            if worst is None or self._compare(queue, worst) > 0:
-                worst = queue
+            key = self.session.queue_order_key(queue, -self._taken.get(queue, np.zeros(3)))
+            if (
+                worst is None
+                or key > worst_key
+                or (key == worst_key and self.session.queue_tiebreak(queue, worst) > 0)
+            ):
+                worst, worst_key = queue, key
         if worst is None:
             return None
         children = self.session.queues.children.get(worst, [])
         return self._worst_among(children) if children else worst
-
-    def _compare(self, left: str, right: str) -> int:
-        zero = np.zeros(3)
-        left_taken, right_taken = -self._taken.get(left, zero), -self._taken.get(right, zero)
-        return self.session.compare_queues(left, right, left_taken, right_taken)

@@ -47,8 +47,12 @@ class Plugin:
     def subgroup_order_key(self, member: SubGroupSet | PodSet) -> OrderKey | None:
         return None
 
-    def queue_compare(self, left: str, right: str, left_job: np.ndarray, right_job: np.ndarray) -> int | None:
-        """-1 when `left` goes first, 1 when `right` does, 0 or None when undecided."""
+    def queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey | None:
+        """Sort key of a queue whose best pending job would take `job` (fairness vector)."""
+        return None
+
+    def queue_tiebreak(self, left: str, right: str) -> int | None:
+        """For orders no key can express: -1 when `left` goes first, 1 when `right` does, else 0/None."""
         return None
 
     def pre_predicate(self, task: Task) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from kai_ray.engine.jobs import Job, Task
-from kai_ray.engine.plugins.base import Plugin
+from kai_ray.engine.plugins.base import OrderKey, Plugin
 from kai_ray.model.objects import UNLIMITED
 from kai_ray.model.resources import EPSILON, FAIRNESS_RESOURCES
 
@@ -23,46 +23,48 @@ class ProportionPlugin(Plugin):
         k_value = float(self.arguments.get("kValue", self.session.config.k_value))
         self.session.queues.compute_fair_shares(self.session.fairness_totals(), max(k_value, 0.0))
 
-    def queue_compare(self, left: str, right: str, left_job: np.ndarray, right_job: np.ndarray) -> int:
+    def queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey:
+        """§5.2 rules 1-6 as a sort key: smaller goes first.
+
+        Plain floats, not numpy: this runs for every queue on every pop and
+        the vectors have three entries.
+        """
         book = self.session.queues
-        lrow, rrow = book.index[left], book.index[right]
-        rules = (
-            lambda row, job: bool(np.all(book.fair_share[row] < book.allocated[row])),
-            lambda row, job: not self._starved(row, job),
-            lambda row, job: -book.specs[row].priority,
-            self._violates_zero_share,
-            lambda row, job: self._dominant_share(row, job),
-            lambda row, job: self._dominant_share(row, np.zeros(3)),
+        row = book.index[queue]
+        allocated = book.allocated[row].tolist()
+        with_job = [a + j for a, j in zip(allocated, job.tolist(), strict=True)]
+        share = book.allocatable_share(row).tolist()
+        fair = book.fair_share[row].tolist()
+        deserved = book.deserved[row].tolist()
+        over_utilized = all(f < a for f, a in zip(fair, allocated, strict=True))
+        starved = all(d == UNLIMITED or w <= d + EPSILON for w, d in zip(with_job, deserved, strict=True))
+        zero_share_used = any(s == 0 and w > 0 for s, w in zip(share, with_job, strict=True))
+        return (
+            over_utilized,
+            not starved,
+            -book.specs[row].priority,
+            zero_share_used,
+            self._dominant_share(with_job, share),
+            self._dominant_share(allocated, share),
         )
-        for rule in rules:
-            lval, rval = rule(lrow, left_job), rule(rrow, right_job)
-            if lval != rval:
-                return -1 if lval < rval else 1
-        lshare, rshare = book.allocatable_share(lrow), book.allocatable_share(rrow)
+
+    def queue_tiebreak(self, left: str, right: str) -> int:
+        """Rule 7: the queue entitled to less in every resource (and strictly less in one) first."""
+        book = self.session.queues
+        lshare, rshare = book.allocatable_share(book.index[left]), book.allocatable_share(book.index[right])
         if np.all(lshare <= rshare) and np.any(lshare < rshare):
             return -1
         if np.all(rshare <= lshare) and np.any(rshare < lshare):
             return 1
         return 0
 
-    def _starved(self, row: int, job: np.ndarray) -> bool:
-        book = self.session.queues
-        deserved = book.deserved[row]
-        fits = (book.allocated[row] + job <= deserved + EPSILON) | (deserved == UNLIMITED)
-        return bool(np.all(fits))
-
-    def _violates_zero_share(self, row: int, job: np.ndarray) -> bool:
-        book = self.session.queues
-        share = book.allocatable_share(row)
-        return bool(np.any((share == 0) & (book.allocated[row] + job > 0)))
-
-    def _dominant_share(self, row: int, job: np.ndarray) -> float:
-        book = self.session.queues
-        allocated = book.allocated[row] + job
-        share = book.allocatable_share(row)
-        share = np.where(share == UNLIMITED, self.session.fairness_totals(), share)
-        terms = np.divide(allocated, share, out=allocated * ZERO_SHARE_PENALTY, where=share != 0)
-        return float(terms.max(initial=0.0))
+    def _dominant_share(self, allocated: list[float], share: list[float]) -> float:
+        totals = self.session.fairness_totals().tolist()
+        terms = []
+        for used, entitled, total in zip(allocated, share, totals, strict=True):
+            bound = total if entitled == UNLIMITED else entitled
+            terms.append(used * ZERO_SHARE_PENALTY if bound == 0 else used / bound)
+        return max(terms, default=0.0)
 
     def job_capacity_problem(self, job: Job, tasks: list[Task]) -> str | None:
         vector = self.session.fairness_request(tasks, self.session.max_gpu_memory)
