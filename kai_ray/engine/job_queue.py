@@ -27,12 +27,14 @@ class JobQueue:
     ) -> None:
         self.session = session
         self.pending = pending
+        self._next_request: dict[Job, np.ndarray] = {}
         self._heaps: dict[str, list[HeapEntry]] = {}
         self._sequence = itertools.count()
         for job in jobs:
             self.push(job)
 
     def push(self, job: Job) -> None:
+        self._next_request.pop(job, None)
         entry = (self.session.job_order_key(job), next(self._sequence), job)
         heapq.heappush(self._heaps.setdefault(job.queue, []), entry)
 
@@ -54,11 +56,17 @@ class JobQueue:
             if not heap:
                 return None
             job = heap[0][2]
-            vector = self.session.fairness_request(
-                tasks_to_allocate(self.session, job, self.pending), self.session.min_gpu_memory
-            )
-            return queue, job, vector
+            return queue, job, self._request_of(job)
         return self._best_among(children)
+
+    def _request_of(self, job: Job) -> np.ndarray:
+        """What the job's next attempt would take; only changes when the job itself is placed."""
+        vector = self._next_request.get(job)
+        if vector is None:
+            tasks = tasks_to_allocate(self.session, job, self.pending)
+            vector = self.session.fairness_request(tasks, self.session.min_gpu_memory)
+            self._next_request[job] = vector
+        return vector
 
     def _best_among(self, queues: list[str]) -> tuple[str, Job, np.ndarray] | None:
         best: tuple[str, Job, np.ndarray] | None = None

@@ -51,10 +51,13 @@ class ProportionPlugin(Plugin):
     def queue_tiebreak(self, left: str, right: str) -> int:
         """Rule 7: the queue entitled to less in every resource (and strictly less in one) first."""
         book = self.session.queues
-        lshare, rshare = book.allocatable_share(book.index[left]), book.allocatable_share(book.index[right])
-        if np.all(lshare <= rshare) and np.any(lshare < rshare):
+        lshare = book.allocatable_share(book.index[left]).tolist()
+        rshare = book.allocatable_share(book.index[right]).tolist()
+        if lshare == rshare:
+            return 0
+        if all(lv <= rv for lv, rv in zip(lshare, rshare, strict=True)):
             return -1
-        if np.all(rshare <= lshare) and np.any(rshare < lshare):
+        if all(rv <= lv for lv, rv in zip(lshare, rshare, strict=True)):
             return 1
         return 0
 
