@@ -1,9 +1,11 @@
-"""The executor seam: node-dimension feasibility and ranking as array work.
+"""The executor seam: node-dimension ranking as array work.
 
-The engine asks two questions of many nodes at once: which nodes can hold
-a request, and in what order should candidates be tried. `LocalExecutor`
-answers them with numpy over the whole node table; a sharded executor
-answers the same questions over partitions and must give the same answer.
+Once per batch (an allocate action) the engine may ask an executor to rank
+node rows for every pod shape of the batch (`rank_shapes`); a sharded
+executor answers from its partitions, the local one declines and lets the
+engine rank lazily in-process. Either way the engine checks every answer
+against its bound, so the chosen nodes never depend on the executor.
+`rank` orders an explicit candidate set (shared-GPU pods, restricted sets).
 """
 
 from __future__ import annotations
@@ -12,25 +14,31 @@ from typing import Protocol
 
 import numpy as np
 
-from kai_ray.model.resources import EPSILON
+from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskShape
 
 
 class Executor(Protocol):
-    def fit_mask(self, request: np.ndarray, available: np.ndarray) -> np.ndarray:
-        """Rows whose available vector covers the request in every resource."""
-        ...
-
     def rank(self, candidates: np.ndarray, scores: np.ndarray) -> np.ndarray:
         """Candidate rows, best score first, ties by row (= node name) ascending."""
         ...
 
+    def rank_shapes(
+        self, nodes: NodeRows, ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
+    ) -> list[RankedRows] | None:
+        """For a batch: per pod shape, the best rows for `copies` pods and a bound on the rest.
+
+        None means "rank them yourself, in-process, when asked" (what a local executor does).
+        """
+        ...
+
 
 class LocalExecutor:
-    """Everything in-process over the full node table."""
+    """Everything in-process over the full node table, computed when a pod asks."""
 
-    def fit_mask(self, request: np.ndarray, available: np.ndarray) -> np.ndarray:
-        fits: np.ndarray = np.all(request <= available + EPSILON, axis=1)
-        return fits
+    def rank_shapes(
+        self, nodes: NodeRows, ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
+    ) -> list[RankedRows] | None:
+        return None
 
     def rank(self, candidates: np.ndarray, scores: np.ndarray) -> np.ndarray:
         rows = np.flatnonzero(candidates)

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kai_ray.distributed import kernels
 from kai_ray.engine.jobs import Task
 from kai_ray.model.objects import OCCUPYING, TaskStatus
-from kai_ray.model.resources import GPU
+from kai_ray.model.resources import EPSILON, GPU
 from kai_ray.model.snapshot import NodeTable
 
 
@@ -72,6 +73,8 @@ class NodeState:
         self.releasing = np.zeros_like(self.idle)
         self.groups: list[dict[str, GpuGroup]] = [{} for _ in range(len(table))]
         self._new_group_counter = [0] * len(table)
+        self.changed_rows: list[int] = []
+        """Every row touched, in order: lets cached per-row scores know what went stale."""
 
     def add(self, task: Task) -> None:
         self._apply(task, +1.0)
@@ -83,6 +86,7 @@ class NodeState:
         if task.node is None or task.status not in OCCUPYING:
             return
         row = task.node
+        self.changed_rows.append(row)
         if task.status == TaskStatus.RELEASING:
             self.releasing[row] += sign * task.request
             self.idle[row] -= sign * task.request
@@ -133,3 +137,17 @@ class NodeState:
 
     def rows_with_groups(self) -> list[int]:
         return [row for row, groups in enumerate(self.groups) if groups]
+
+    def fits(self, task: Task, rows: np.ndarray, *, idle_only: bool) -> np.ndarray:
+        """Which of `rows` can hold the task now (idle only) or once releases finish."""
+        available = self.idle[rows] if idle_only else self.idle[rows] + self.releasing[rows]
+        fits = kernels.fits(task.request, available)
+        if not task.is_shared_gpu:
+            return fits
+        devices = np.floor(available[:, GPU] + EPSILON)
+        for position, row in enumerate(rows.tolist()):
+            if self.groups[row]:
+                memory = task.gpu_memory_per_device(float(self.table.gpu_memory[row]))
+                devices[position] += len(self.fitting_groups(row, memory, idle_only=idle_only))
+        shared_fit: np.ndarray = fits & (devices >= task.spec.gpu_devices)
+        return shared_fit

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kai_ray.engine.jobs import Task
+from kai_ray.engine.node_finder import score_rows
 from kai_ray.engine.nodes import GpuGroup
 from kai_ray.engine.session import Session
 from kai_ray.engine.statement import Statement
@@ -33,17 +34,24 @@ def place_task(
         reason = plugin.pre_predicate(task)
         if reason:
             return reason
-    candidates = _candidate_nodes(session, task, node_mask)
-    if not candidates.any():
+    if node_mask is None and session.node_finder.usable_for(task):
+        best = session.node_finder.best(task)
+        ranked = np.array([], dtype=np.int64) if best is None else np.array([best])
+    else:
+        rows = session.all_rows()
+        feasible, scores = score_rows(session, task, rows)
+        if node_mask is not None:
+            feasible &= node_mask
+        ranked = session.executor.rank(feasible, scores)
+    if not len(ranked):
         why_not = "; ".join(_why_no_node_fits(session, task, node_mask))
-        return f"pod {task.name}: 0 of {len(candidates)} nodes fit ({why_not})"
-    if session.predicates_enabled and not task.is_shared_gpu:
+        return f"pod {task.name}: 0 of {len(session.nodes.table)} nodes fit ({why_not})"
+    if task.is_shared_gpu:
+        return _place_shared(session, statement, task, ranked, pipeline_only)
+    if session.predicates_enabled:
         reason = _node_capacity_problem(session, task, task.spec.gpu)
         if reason:
             return reason
-    ranked = session.executor.rank(candidates, _scores(session, task))
-    if task.is_shared_gpu:
-        return _place_shared(session, statement, task, ranked, pipeline_only)
     row = int(ranked[0])
     starts_now = bool(np.all(task.request <= session.nodes.idle[row] + EPSILON))
     if starts_now and not pipeline_only:
@@ -51,16 +59,6 @@ def place_task(
     else:
         statement.pipeline(task, row)
     return None
-
-
-def _scores(session: Session, task: Task) -> np.ndarray:
-    free_gpus = session.free_gpus()
-    total = np.zeros(len(session.nodes.table))
-    for plugin in session.plugins:
-        scores = plugin.node_scores(task, free_gpus)
-        if scores is not None:
-            total += scores
-    return total
 
 
 def _node_capacity_problem(session: Session, task: Task, accepted_gpus: float) -> str | None:
@@ -88,12 +86,6 @@ def _filtered_nodes(
             why_not.append(node_filter.reason)
         candidates &= node_filter.mask
     return candidates, why_not
-
-
-def _candidate_nodes(session: Session, task: Task, node_mask: np.ndarray | None) -> np.ndarray:
-    candidates, _ = _filtered_nodes(session, task, node_mask)
-    fits: np.ndarray = candidates & session.fits_with_releasing(task)
-    return fits
 
 
 def _why_no_node_fits(session: Session, task: Task, node_mask: np.ndarray | None) -> list[str]:

@@ -17,13 +17,14 @@ import numpy as np
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.distributed.executor import Executor, LocalExecutor
 from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task, build_job
+from kai_ray.engine.node_finder import NodeFinder
 from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.plugins.base import OrderKey, Plugin
 from kai_ray.engine.plugins.registry import plugin_class
 from kai_ray.engine.queues import QueueBook
 from kai_ray.engine.statement import Operation, Placement
 from kai_ray.model.objects import QUEUE_CHARGING, TaskStatus
-from kai_ray.model.resources import CPU, EPSILON, GPU, MEMORY
+from kai_ray.model.resources import CPU, GPU, MEMORY
 from kai_ray.model.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class Session:
         self.executor: Executor = executor or LocalExecutor()
         self.now = snapshot.now
         self.nodes = NodeState(snapshot.nodes)
+        self._all_rows = np.arange(len(snapshot.nodes))
         self.queues = QueueBook(snapshot)
         self.jobs: list[Job] = []
         self.job_reasons: dict[str, str] = {}
@@ -144,22 +146,15 @@ class Session:
         free: np.ndarray = self.nodes.idle[:, GPU] + self.nodes.releasing[:, GPU]
         return free
 
-    def fits_idle(self, task: Task) -> np.ndarray:
+    def all_rows(self) -> np.ndarray:
+        return self._all_rows
+
+    def fits_idle(self, task: Task, rows: np.ndarray | None = None) -> np.ndarray:
         """Rows where the task could start right now, without waiting for releases."""
-        return self._fits(task, self.nodes.idle, idle_only=True)
+        return self.nodes.fits(task, self._all_rows if rows is None else rows, idle_only=True)
 
-    def fits_with_releasing(self, task: Task) -> np.ndarray:
-        return self._fits(task, self.nodes.idle + self.nodes.releasing, idle_only=False)
-
-    def _fits(self, task: Task, available: np.ndarray, *, idle_only: bool) -> np.ndarray:
-        fits = self.executor.fit_mask(task.request, available)
-        if not task.is_shared_gpu:
-            return fits
-        devices = np.floor(available[:, GPU] + EPSILON)
-        for row in self.nodes.rows_with_groups():
-            memory = task.gpu_memory_per_device(float(self.snapshot.nodes.gpu_memory[row]))
-            devices[row] += len(self.nodes.fitting_groups(row, memory, idle_only=idle_only))
-        return fits & (devices >= task.spec.gpu_devices)
+    def fits_with_releasing(self, task: Task, rows: np.ndarray | None = None) -> np.ndarray:
+        return self.nodes.fits(task, self._all_rows if rows is None else rows, idle_only=False)
 
     # ------------------------------------------------------------------ ordering
     def job_order_key(self, job: OrderableJob) -> OrderKey:
@@ -208,6 +203,11 @@ class Session:
                 return verdict
         lspec, rspec = self.snapshot.queues[left], self.snapshot.queues[right]
         return -1 if (lspec.created, lspec.name) < (rspec.created, rspec.name) else 1
+
+    @functools.cached_property
+    def node_finder(self) -> NodeFinder:
+        """Built on first use, after the plugins are open (it reads which ones score nodes)."""
+        return NodeFinder(self)
 
     @functools.cached_property
     def predicates_enabled(self) -> bool:

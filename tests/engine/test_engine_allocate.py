@@ -174,21 +174,29 @@ def summed_scores(session: Session, task_name: str) -> list[float]:
     task = find_task(session, task_name)
     total = np.zeros(len(session.nodes.table))
     for plugin in session.plugins:
-        scores = plugin.node_scores(task, session.free_gpus())
+        scores = plugin.node_scores(task, session.all_rows())
         if scores is not None:
             total += scores
     return [float(x) for x in total]
 
 
+def rank_order(scores: list[float]) -> list[int]:
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+
+
 def test_example_10_binpack_scores_and_n2_wins() -> None:
+    """KAI scores n1/n2/n3 as 1000/1009/1004.5; our node-local binpack (9 / (1 + free)) keeps that order."""
     state = example_10_nodes()
-    assert summed_scores(open_session(state), "task-0") == [1000.0, 1009.0, 1004.5]
+    scores = summed_scores(open_session(state), "task-0")
+    assert scores == pytest.approx([1000 + 9 / 7, 1000 + 9 / 3, 1000 + 9 / 5])
+    assert rank_order(scores) == rank_order([1000.0, 1009.0, 1004.5])
     assert binds(run_cycle(state)) == {"task-0": "n2"}
 
 
 def test_example_10_immediate_availability_beats_binpack_n3_wins() -> None:
     state = example_10_nodes(n2_free_releasing=True)
-    assert summed_scores(open_session(state), "task-0") == [1000.0, 9.0, 1004.5]
+    scores = summed_scores(open_session(state), "task-0")
+    assert rank_order(scores) == rank_order([1000.0, 9.0, 1004.5])
     assert binds(run_cycle(state)) == {"task-0": "n3"}
 
 

@@ -21,8 +21,8 @@ class PreferLastNode(Plugin):
 
     name = "prefer-last-node"
 
-    def node_scores(self, task: Task, free_gpus: np.ndarray) -> np.ndarray:
-        return np.arange(len(free_gpus), dtype=float) * 1e6
+    def node_scores(self, task: Task, rows: np.ndarray) -> np.ndarray:
+        return rows.astype(float) * 1e6
 
 
 @pytest.fixture

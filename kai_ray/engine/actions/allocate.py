@@ -29,7 +29,9 @@ def pending_ready_jobs(session: Session) -> list[Job]:
 
 
 def allocate(session: Session) -> None:
-    queue = JobQueue(session, pending_ready_jobs(session))
+    jobs = pending_ready_jobs(session)
+    session.node_finder.prepare([task for job in jobs for task in job.pending_tasks()])
+    queue = JobQueue(session, jobs)
     while (job := queue.pop()) is not None:
         statement = Statement(session)
         had_allocation = job.has_status(QUEUE_CHARGING)

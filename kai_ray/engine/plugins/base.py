@@ -62,7 +62,10 @@ class Plugin:
     def node_filter(self, task: Task) -> NodeFilter | None:
         return None
 
-    def node_scores(self, task: Task, free_gpus: np.ndarray) -> np.ndarray | None:
+    def node_scores(self, task: Task, rows: np.ndarray) -> np.ndarray | None:
+        """Scores of the given node rows. Each row's score must depend only on that row's own
+        state (never on other nodes), so cached scores stay valid while other rows change and
+        node shards can score their rows independently."""
         return None
 
     def gpu_score(self, used_fraction: float, whole_device: bool) -> float | None:

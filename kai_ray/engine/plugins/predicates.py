@@ -11,7 +11,8 @@ import numpy as np
 
 from kai_ray.engine.jobs import Task
 from kai_ray.engine.plugins.base import NodeFilter, Plugin
-from kai_ray.model.objects import AffinityRequirement, NodeSpec, Taint, TaskSpec, Toleration
+from kai_ray.model.affinity import matches_node
+from kai_ray.model.objects import TaskSpec
 
 SignatureKey = tuple[object, ...]
 
@@ -42,7 +43,7 @@ class PredicatesPlugin(Plugin):
         stages = [
             (table.schedulable, "unschedulable or not ready"),
             (
-                np.array([_matches_node(spec, node) for node in table.specs], dtype=bool),
+                np.array([matches_node(spec, node) for node in table.specs], dtype=bool),
                 "fail node affinity/taints",
             ),
         ]
@@ -65,49 +66,3 @@ def _signature(spec: TaskSpec) -> SignatureKey:
         spec.tolerations,
         spec.gpu_memory_mib > 0,
     )
-
-
-def _matches_node(spec: TaskSpec, node: NodeSpec) -> bool:
-    labels = node.labels
-    if any(labels.get(k) != v for k, v in spec.node_selector.items()):
-        return False
-    if not all(_requirement_holds(req, labels) for req in spec.node_affinity):
-        return False
-    return all(_tolerated(taint, spec.tolerations) for taint in node.taints)
-
-
-def _requirement_holds(req: AffinityRequirement, labels: dict[str, str]) -> bool:
-    value = labels.get(req.key)
-    match req.operator:
-        case "In":
-            return value is not None and value in req.values
-        case "NotIn":
-            return value is None or value not in req.values
-        case "Exists":
-            return value is not None
-        case "DoesNotExist":
-            return value is None
-        case "Gt" | "Lt":
-            return _numeric_compare(value, req)
-    return False
-
-
-def _numeric_compare(value: str | None, req: AffinityRequirement) -> bool:
-    try:
-        left, right = int(value or ""), int(req.values[0])
-    except (ValueError, IndexError):
-        return False
-    return left > right if req.operator == "Gt" else left < right
-
-
-def _tolerated(taint: Taint, tolerations: tuple[Toleration, ...]) -> bool:
-    if taint.effect == "PreferNoSchedule":
-        return True
-    for toleration in tolerations:
-        if toleration.effect and toleration.effect != taint.effect:
-            continue
-        if toleration.operator == "Exists" and (not toleration.key or toleration.key == taint.key):
-            return True
-        if toleration.key == taint.key and toleration.value == taint.value:
-            return True
-    return False

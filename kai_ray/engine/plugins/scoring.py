@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from kai_ray.distributed import kernels
+from kai_ray.distributed.kernels import CPU_ON_CPU_NODE_SCORE, IDLE_FIT_SCORE, SHARED_GPU_FIT_SCORE
 from kai_ray.engine.jobs import Task
 from kai_ray.engine.plugins.base import Plugin
 from kai_ray.model.resources import CPU, GPU
-
-SHARED_GPU_FIT_SCORE = 10_000.0
-IDLE_FIT_SCORE = 1_000.0
-CPU_ON_CPU_NODE_SCORE = 10.0
-BINPACK_MAX_SCORE = 9.0
 
 
 class NodeAvailabilityPlugin(Plugin):
@@ -24,8 +21,8 @@ class NodeAvailabilityPlugin(Plugin):
 
     name = "nodeavailability"
 
-    def node_scores(self, task: Task, free_gpus: np.ndarray) -> np.ndarray:
-        return np.where(self.session.fits_idle(task), IDLE_FIT_SCORE, 0.0)
+    def node_scores(self, task: Task, rows: np.ndarray) -> np.ndarray:
+        return np.where(self.session.fits_idle(task, rows), IDLE_FIT_SCORE, 0.0)
 
 
 class GpuSharingOrderPlugin(Plugin):
@@ -33,15 +30,19 @@ class GpuSharingOrderPlugin(Plugin):
 
     name = "gpusharingorder"
 
-    def node_scores(self, task: Task, free_gpus: np.ndarray) -> np.ndarray:
-        scores = np.zeros(len(self.session.nodes.table))
+    def node_scores(self, task: Task, rows: np.ndarray) -> np.ndarray:
+        scores = np.zeros(len(rows))
         if task.needs_gpu and not task.is_shared_gpu:
             return scores
-        memory_of = self.session.nodes.table.gpu_memory
-        for row in self.session.nodes.rows_with_groups():
-            needed = task.gpu_memory_per_device(float(memory_of[row])) if task.is_shared_gpu else 0.0
-            if self.session.nodes.fitting_groups(row, needed):
-                scores[row] = SHARED_GPU_FIT_SCORE
+        nodes = self.session.nodes
+        for position, row in enumerate(rows.tolist()):
+            if not nodes.groups[row]:
+                continue
+            needed = (
+                task.gpu_memory_per_device(float(nodes.table.gpu_memory[row])) if task.is_shared_gpu else 0.0
+            )
+            if nodes.fitting_groups(row, needed):
+                scores[position] = SHARED_GPU_FIT_SCORE
         return scores
 
 
@@ -50,45 +51,26 @@ class ResourceTypePlugin(Plugin):
 
     name = "resourcetype"
 
-    def node_scores(self, task: Task, free_gpus: np.ndarray) -> np.ndarray:
+    def node_scores(self, task: Task, rows: np.ndarray) -> np.ndarray:
         if task.needs_gpu:
-            return np.zeros(len(self.session.nodes.table))
-        cpu_only = self.session.nodes.table.allocatable[:, GPU] == 0
+            return np.zeros(len(rows))
+        cpu_only = self.session.nodes.table.allocatable[rows, GPU] == 0
         return np.where(cpu_only, CPU_ON_CPU_NODE_SCORE, 0.0)
 
 
 class NodePlacementPlugin(Plugin):
-    """Binpack (fullest node first) or spread (emptiest first), per GPU and CPU tasks."""
+    """Binpack (fullest node first) or spread (emptiest first), per GPU and CPU tasks (see kernels)."""
 
     name = "nodeplacement"
 
-    def node_scores(self, task: Task, free_gpus: np.ndarray) -> np.ndarray:
-        table = self.session.nodes.table
-        if task.needs_gpu:
-            strategy = self.arguments.get("gpu", "binpack")
-            total = table.allocatable[:, GPU]
-            free = free_gpus
-        else:
-            strategy = self.arguments.get("cpu", "binpack")
-            total = table.allocatable[:, CPU]
-            free = self.session.nodes.idle[:, CPU] + self.session.nodes.releasing[:, CPU]
-        has = total > 0
-        if strategy == "spread":
-            spread: np.ndarray = np.divide(free, total, out=np.zeros_like(free), where=has)
-            return spread
-        return _binpack(free, has)
-
-
-def _binpack(free: np.ndarray, has: np.ndarray) -> np.ndarray:
-    scores = np.zeros_like(free)
-    if not has.any():
-        return scores
-    low, high = float(free[has].min()), float(free[has].max())
-    if high == low:
-        scores[has] = 0.0 if high == 0 else BINPACK_MAX_SCORE
-        return scores
-    scores[has] = BINPACK_MAX_SCORE * (1 - (free[has] - low) / (high - low))
-    return scores
+    def node_scores(self, task: Task, rows: np.ndarray) -> np.ndarray:
+        nodes = self.session.nodes
+        column = GPU if task.needs_gpu else CPU
+        strategy = self.arguments.get("gpu" if task.needs_gpu else "cpu", "binpack")
+        total = nodes.table.allocatable[rows, column]
+        free = nodes.idle[rows, column] + nodes.releasing[rows, column]
+        placement = kernels.spread_scores if strategy == "spread" else kernels.binpack_scores
+        return placement(free, total)
 
 
 class GpuPackPlugin(Plugin):

@@ -1,0 +1,202 @@
+"""The best node for a pod, without scanning every node for every pod.
+
+Scores of a row depend on that row alone, so for each pod shape we keep the
+feasible rows in a heap ordered by (score desc, row asc). When the session
+changes a row (a placement, an eviction, a rollback) that row is re-scored
+on the next query; rows nobody touched keep their scores. An executor may
+hand over only the top of each shape's list plus a bound on everything it
+left out; when the heap's best no longer beats that bound we fall back to
+an exact scan of all rows, so the answer is always the one a full scan
+gives, whichever executor prepared it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskShape
+from kai_ray.engine.jobs import Task
+from kai_ray.engine.plugins.base import Plugin
+from kai_ray.engine.plugins.predicates import PredicatesPlugin
+from kai_ray.engine.plugins.scoring import (
+    GpuPackPlugin,
+    GpuSharingOrderPlugin,
+    GpuSpreadPlugin,
+    NodeAvailabilityPlugin,
+    NodePlacementPlugin,
+    ResourceTypePlugin,
+)
+
+if TYPE_CHECKING:
+    from kai_ray.engine.session import Session
+
+ShapeKey = tuple[object, ...]
+RankKey = tuple[float, int]
+
+KNOWN_NODE_PLUGINS = (
+    PredicatesPlugin,
+    NodeAvailabilityPlugin,
+    GpuSharingOrderPlugin,
+    ResourceTypePlugin,
+    NodePlacementPlugin,
+    GpuPackPlugin,
+    GpuSpreadPlugin,
+)
+
+
+def shape_of(task: Task) -> TaskShape:
+    return TaskShape(tuple(task.request.tolist()), task.needs_gpu, task.spec)
+
+
+def shape_key(shape: TaskShape) -> ShapeKey:
+    return (shape.request, shape.needs_gpu, shape.constraints)
+
+
+def node_ranking(session: Session) -> NodeRanking | None:
+    """The enabled node plugins as a recipe a shard can apply, or None if one cannot be expressed."""
+    node_plugins = [p for p in session.plugins if _scores_or_filters_nodes(p)]
+    if any(not isinstance(p, KNOWN_NODE_PLUGINS) for p in node_plugins):
+        return None
+    names = {p.name for p in node_plugins}
+    placement = next((p for p in node_plugins if isinstance(p, NodePlacementPlugin)), None)
+    return NodeRanking(
+        predicates="predicates" in names,
+        idle_bonus="nodeavailability" in names,
+        shared_group_bonus="gpusharingorder" in names,
+        cpu_node_bonus="resourcetype" in names,
+        gpu_strategy=None if placement is None else placement.arguments.get("gpu", "binpack"),
+        cpu_strategy=None if placement is None else placement.arguments.get("cpu", "binpack"),
+    )
+
+
+def _scores_or_filters_nodes(plugin: Plugin) -> bool:
+    """Whether the plugin overrides a node hook (and so takes part in node ranking)."""
+    cls = type(plugin)
+    return any(getattr(cls, hook) is not getattr(Plugin, hook) for hook in ("node_scores", "node_filter"))
+
+
+def node_rows(session: Session) -> NodeRows:
+    """The whole node table as kernels see it."""
+    nodes = session.nodes
+    has_open_group = np.array(
+        [bool(nodes.fitting_groups(row, 0.0)) for row in range(len(nodes.table))], dtype=bool
+    )
+    return NodeRows(
+        rows=session.all_rows(),
+        specs=nodes.table.specs,
+        allocatable=nodes.table.allocatable,
+        idle=nodes.idle,
+        releasing=nodes.releasing,
+        schedulable=nodes.table.schedulable,
+        has_open_group=has_open_group,
+    )
+
+
+@dataclass
+class _Frontier:
+    heap: list[RankKey]
+    current: dict[int, float]
+    bound: RankKey | None
+    cursor: int
+    stale: set[int] = field(default_factory=set)
+
+
+class NodeFinder:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.ranking = node_ranking(session)
+        self._frontiers: dict[ShapeKey, _Frontier] = {}
+
+    def usable_for(self, task: Task) -> bool:
+        return self.ranking is not None and not task.is_shared_gpu
+
+    def prepare(self, tasks: list[Task]) -> None:
+        """Let the executor rank rows for every pod shape of a batch, in one round."""
+        if self.ranking is None:
+            return
+        counts: dict[ShapeKey, tuple[TaskShape, int]] = {}
+        for task in tasks:
+            if task.is_shared_gpu:
+                continue
+            shape = shape_of(task)
+            key = shape_key(shape)
+            previous = counts.get(key)
+            counts[key] = (shape, 1 if previous is None else previous[1] + 1)
+        if not counts:
+            return
+        keys = sorted(counts, key=repr)
+        shapes = [counts[k][0] for k in keys]
+        answers = self.session.executor.rank_shapes(
+            node_rows(self.session), self.ranking, shapes, [counts[k][1] for k in keys]
+        )
+        if answers is None:
+            return
+        cursor = len(self.session.nodes.changed_rows)
+        for key, answer in zip(keys, answers, strict=True):
+            self._frontiers[key] = _frontier_from(answer, cursor)
+
+    def best(self, task: Task) -> int | None:
+        """The best feasible row for the task, or None when no row fits."""
+        key = shape_key(shape_of(task))
+        frontier = self._frontiers.get(key)
+        if frontier is None:
+            frontier = self._exact(task, key)
+        self._refresh(task, frontier)
+        while True:
+            while frontier.heap and frontier.current.get(frontier.heap[0][1]) != frontier.heap[0][0]:
+                heapq.heappop(frontier.heap)
+            if frontier.bound is not None and (not frontier.heap or frontier.heap[0] > frontier.bound):
+                frontier = self._exact(task, key)
+                continue
+            return frontier.heap[0][1] if frontier.heap else None
+
+    def _exact(self, task: Task, key: ShapeKey) -> _Frontier:
+        rows = self.session.all_rows()
+        feasible, scores = score_rows(self.session, task, rows)
+        frontier = _frontier_from(
+            RankedRows(rows[feasible], scores[feasible], None), len(self.session.nodes.changed_rows)
+        )
+        self._frontiers[key] = frontier
+        return frontier
+
+    def _refresh(self, task: Task, frontier: _Frontier) -> None:
+        changed = self.session.nodes.changed_rows
+        if frontier.cursor == len(changed):
+            return
+        rows = np.unique(np.array(changed[frontier.cursor :], dtype=np.int64))
+        frontier.cursor = len(changed)
+        feasible, scores = score_rows(self.session, task, rows)
+        for row, ok, value in zip(rows.tolist(), feasible.tolist(), scores.tolist(), strict=True):
+            if ok:
+                frontier.current[row] = -value
+                heapq.heappush(frontier.heap, (-value, row))
+            else:
+                frontier.current.pop(row, None)
+
+
+def _frontier_from(answer: RankedRows, cursor: int) -> _Frontier:
+    heap = [
+        (-float(value), int(row))
+        for row, value in zip(answer.rows.tolist(), answer.scores.tolist(), strict=True)
+    ]
+    heapq.heapify(heap)
+    return _Frontier(heap, {row: key for key, row in heap}, answer.bound, cursor)
+
+
+def score_rows(session: Session, task: Task, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(feasible, summed score) of the rows for the task, from the enabled plugins."""
+    feasible = session.fits_with_releasing(task, rows)
+    for plugin in session.plugins:
+        node_filter = plugin.node_filter(task)
+        if node_filter is not None:
+            feasible = feasible & node_filter.mask[rows]
+    total = np.zeros(len(rows))
+    for plugin in session.plugins:
+        scores = plugin.node_scores(task, rows)
+        if scores is not None:
+            total += scores
+    return feasible, total

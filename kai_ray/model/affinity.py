@@ -1,0 +1,55 @@
+"""Whether a pod's placement constraints admit a node: selector, required affinity, taints.
+
+Pure functions of the pod spec and the node spec, so any process holding
+node specs (the engine, a node shard) decides the same way.
+"""
+
+from __future__ import annotations
+
+from kai_ray.model.objects import AffinityRequirement, NodeSpec, Taint, TaskSpec, Toleration
+
+
+def matches_node(spec: TaskSpec, node: NodeSpec) -> bool:
+    labels = node.labels
+    if any(labels.get(k) != v for k, v in spec.node_selector.items()):
+        return False
+    if not all(_requirement_holds(req, labels) for req in spec.node_affinity):
+        return False
+    return all(_tolerated(taint, spec.tolerations) for taint in node.taints)
+
+
+def _requirement_holds(req: AffinityRequirement, labels: dict[str, str]) -> bool:
+    value = labels.get(req.key)
+    match req.operator:
+        case "In":
+            return value is not None and value in req.values
+        case "NotIn":
+            return value is None or value not in req.values
+        case "Exists":
+            return value is not None
+        case "DoesNotExist":
+            return value is None
+        case "Gt" | "Lt":
+            return _numeric_compare(value, req)
+    return False
+
+
+def _numeric_compare(value: str | None, req: AffinityRequirement) -> bool:
+    try:
+        left, right = int(value or ""), int(req.values[0])
+    except (ValueError, IndexError):
+        return False
+    return left > right if req.operator == "Gt" else left < right
+
+
+def _tolerated(taint: Taint, tolerations: tuple[Toleration, ...]) -> bool:
+    if taint.effect == "PreferNoSchedule":
+        return True
+    for toleration in tolerations:
+        if toleration.effect and toleration.effect != taint.effect:
+            continue
+        if toleration.operator == "Exists" and (not toleration.key or toleration.key == taint.key):
+            return True
+        if toleration.key == taint.key and toleration.value == taint.value:
+            return True
+    return False
