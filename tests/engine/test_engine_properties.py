@@ -7,120 +7,24 @@ then new jobs arrive and one full cycle runs.
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
-from builders import NO_LIMIT, ClusterBuilder, cluster, config
+from builders import NO_LIMIT
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from random_clusters import (
+    JobDraw,
+    QueueDraw,
+    full_cycle,
+    plan_facts,
+    running_cluster,
+    scenarios,
+    with_arrivals,
+)
 
-from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
-from kai_ray.engine.plan import Plan
-from kai_ray.model.objects import ACTIVE_ALLOCATED, ClusterState
+from kai_ray.model.objects import ACTIVE_ALLOCATED
 from kai_ray.model.resources import EPSILON
 
 pytestmark = pytest.mark.unit
-
-ALL_ACTIONS = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
-QUEUES = ("d1/a", "d1/b", "d2/c")
-
-
-@dataclass(frozen=True)
-class JobDraw:
-    queue: int
-    pods: int
-    min_member: int
-    gpus: float
-    priority: int
-    preemptible: bool
-
-
-@dataclass(frozen=True)
-class QueueDraw:
-    quota: float
-    limit: float
-    weight: float
-
-
-job_draws = st.builds(
-    JobDraw,
-    queue=st.integers(0, len(QUEUES) - 1),
-    pods=st.integers(1, 4),
-    min_member=st.integers(1, 4),
-    gpus=st.sampled_from([0.5, 1.0, 2.0]),
-    priority=st.sampled_from([50, 75, 100, 125]),
-    preemptible=st.booleans(),
-)
-queue_draws = st.builds(
-    QueueDraw,
-    quota=st.sampled_from([0.0, 1.0, 2.0, 4.0, NO_LIMIT]),
-    limit=st.sampled_from([NO_LIMIT, NO_LIMIT, 3.0, 6.0]),
-    weight=st.sampled_from([0.0, 1.0, 2.0]),
-)
-scenarios = st.tuples(
-    st.lists(st.integers(1, 4), min_size=1, max_size=3),
-    st.lists(queue_draws, min_size=len(QUEUES), max_size=len(QUEUES)),
-    st.lists(job_draws, min_size=2, max_size=7),
-    st.lists(job_draws, min_size=1, max_size=4),
-)
-
-
-def add_jobs(builder: ClusterBuilder, jobs: list[JobDraw], prefix: str, created: float) -> None:
-    for index, draw in enumerate(jobs):
-        builder.job(
-            f"{prefix}{index}",
-            queue=QUEUES[draw.queue].split("/")[1],
-            pods=draw.pods,
-            min_member=min(draw.min_member, draw.pods),
-            gpus=draw.gpus,
-            priority=draw.priority,
-            preemptible=draw.preemptible,
-            created=created + index,
-        )
-
-
-def build(nodes: list[int], queues: list[QueueDraw], jobs: list[JobDraw]) -> ClusterState:
-    builder = cluster(now=10_000.0)
-    for index, gpus in enumerate(nodes):
-        builder.node(f"n{index}", gpus=gpus)
-    builder.queue("d1", gpu_quota=NO_LIMIT).queue("d2", gpu_quota=NO_LIMIT, created=1)
-    for index, (path, draw) in enumerate(zip(QUEUES, queues, strict=True)):
-        parent, name = path.split("/")
-        builder.queue(
-            name,
-            parent=parent,
-            created=index,
-            gpu_quota=draw.quota,
-            gpu_limit=draw.limit,
-            gpu_weight=draw.weight,
-        )
-    add_jobs(builder, jobs, "old", 0.0)
-    return builder.build()
-
-
-def running_cluster(nodes: list[int], queues: list[QueueDraw], first: list[JobDraw]) -> SimulatedCluster:
-    simulated = SimulatedCluster(build(nodes, queues, first), config(actions=("allocate",)))
-    simulated.run_cycle()
-    simulated.advance()
-    return simulated
-
-
-def with_arrivals(simulated: SimulatedCluster, later: list[JobDraw]) -> ClusterState:
-    state = copy.deepcopy(simulated.state)
-    builder = cluster(now=state.now)
-    add_jobs(builder, later, "new", 1000.0)
-    state.jobs.extend(builder.build().jobs)
-    return state
-
-
-def full_cycle(state: ClusterState) -> CycleResult:
-    return SimulatedCluster(copy.deepcopy(state), config(actions=ALL_ACTIONS)).run_cycle()
-
-
-def plan_facts(plan: Plan) -> tuple[object, ...]:
-    return (plan.binds, plan.pipelined, plan.evictions, plan.pending_reasons)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,245 @@
+"""Node ranking sharded over Ray actors.
+
+The node table is split into K contiguous partitions. Each lives in a
+long-lived `NodeShard` actor that keeps its rows between cycles and is sent
+only the rows that changed since it last heard. For a batch, the engine
+makes one call to the `Coordinator` actor, which makes one call per shard
+(every pod shape of the batch at once), merges the shards' ranked rows and
+hands back, per shape, the merged list and the best bound any shard left
+out. The engine then chooses nodes with the same rule as always and checks
+each choice against that bound, so every shard count gives the same plan.
+
+A shard that dies is recreated and re-seeded; the cycle in which it failed
+ranks in-process instead, and says so in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import ray
+
+from kai_ray.distributed import kernels
+from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskShape
+from kai_ray.model.objects import NodeSpec
+
+log = logging.getLogger(__name__)
+
+RAY_CALL_TIMEOUT_SECONDS = 120.0
+
+
+@dataclass
+class ShardDelta:
+    """What a shard must change: the full partition (`seed`) or just some of its rows."""
+
+    seed: bool
+    rows: np.ndarray
+    specs: list[NodeSpec]
+    allocatable: np.ndarray
+    idle: np.ndarray
+    releasing: np.ndarray
+    schedulable: np.ndarray
+    has_open_group: np.ndarray
+
+
+def _take(nodes: NodeRows, positions: np.ndarray, seed: bool) -> ShardDelta:
+    return ShardDelta(
+        seed=seed,
+        rows=nodes.rows[positions],
+        specs=[nodes.specs[i] for i in positions.tolist()],
+        allocatable=nodes.allocatable[positions],
+        idle=nodes.idle[positions],
+        releasing=nodes.releasing[positions],
+        schedulable=nodes.schedulable[positions],
+        has_open_group=nodes.has_open_group[positions],
+    )
+
+
+class NodeShard:
+    """One partition of the node table; scores its rows for every shape of a batch."""
+
+    def __init__(self) -> None:
+        self.nodes: NodeRows | None = None
+        self.position: dict[int, int] = {}
+
+    def apply(self, delta: ShardDelta) -> None:
+        if delta.seed or self.nodes is None:
+            self.nodes = NodeRows(
+                delta.rows.copy(),
+                list(delta.specs),
+                delta.allocatable.copy(),
+                delta.idle.copy(),
+                delta.releasing.copy(),
+                delta.schedulable.copy(),
+                delta.has_open_group.copy(),
+            )
+            self.position = {int(row): i for i, row in enumerate(delta.rows.tolist())}
+            return
+        where = np.array([self.position[int(row)] for row in delta.rows.tolist()], dtype=np.int64)
+        if not len(where):
+            return
+        for i, spec in zip(where.tolist(), delta.specs, strict=True):
+            self.nodes.specs[i] = spec
+        self.nodes.allocatable[where] = delta.allocatable
+        self.nodes.idle[where] = delta.idle
+        self.nodes.releasing[where] = delta.releasing
+        self.nodes.schedulable[where] = delta.schedulable
+        self.nodes.has_open_group[where] = delta.has_open_group
+
+    def rank(
+        self, delta: ShardDelta, ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
+    ) -> list[RankedRows]:
+        self.apply(delta)
+        assert self.nodes is not None
+        return [
+            kernels.rank_rows(ranking, shape, self.nodes, count)
+            for shape, count in zip(shapes, copies, strict=True)
+        ]
+
+    def ping(self) -> bool:
+        return True
+
+
+def merge(answers: list[RankedRows]) -> RankedRows:
+    """One shape's shard answers as one list, best first, bounded by the best row any shard held back."""
+    rows = np.concatenate([a.rows for a in answers]) if answers else np.array([], dtype=np.int64)
+    scores = np.concatenate([a.scores for a in answers]) if answers else np.array([])
+    order = np.lexsort((rows, -scores))
+    bounds = [a.bound for a in answers if a.bound is not None]
+    return RankedRows(rows[order], scores[order], min(bounds) if bounds else None)
+
+
+class Coordinator:
+    """Owns the shard actors: one call per shard per batch, then the merge."""
+
+    def __init__(self, shards: int) -> None:
+        self.shards: list[Any] = [RemoteShard.remote() for _ in range(shards)]
+
+    def rank(
+        self, deltas: list[ShardDelta], ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
+    ) -> list[RankedRows]:
+        calls = [
+            shard.rank.remote(delta, ranking, shapes, copies)
+            for shard, delta in zip(self.shards, deltas, strict=True)
+        ]
+        per_shard: list[list[RankedRows]] = ray.get(calls)
+        return [merge([answers[i] for answers in per_shard]) for i in range(len(shapes))]
+
+    def replace_dead_shards(self) -> list[int]:
+        """Recreate shards that no longer answer; their indexes need a fresh seed."""
+        replaced = []
+        for index, shard in enumerate(self.shards):
+            try:
+                ray.get(shard.ping.remote(), timeout=RAY_CALL_TIMEOUT_SECONDS)
+            except ray.exceptions.RayError:
+                self.shards[index] = RemoteShard.remote()
+                replaced.append(index)
+        return replaced
+
+    def kill_shard(self, index: int) -> None:
+        """For fault tests: end one shard as a crash would."""
+        ray.kill(self.shards[index])
+
+
+RemoteShard = ray.remote(NodeShard)
+RemoteCoordinator = ray.remote(Coordinator)
+
+
+@dataclass
+class _Sent:
+    """What a shard was last sent, to compute the next delta."""
+
+    names: list[str] = field(default_factory=list)
+    nodes: NodeRows | None = None
+
+
+class RayExecutor:
+    """Ranks node rows in K Ray shard actors; see the module docstring."""
+
+    def __init__(self, shards: int, address: str | None = None) -> None:
+        if shards < 1:
+            raise ValueError(f"shards must be at least 1, got {shards}")
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        self.shards = shards
+        self.coordinator: Any = RemoteCoordinator.remote(shards)
+        self._sent = [_Sent() for _ in range(shards)]
+        self.fallbacks = 0
+        self.rows_sent: list[int] = []
+        """Rows sent to each shard in the last batch: only what changed since the one before."""
+
+    def rank(self, candidates: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        rows = np.flatnonzero(candidates)
+        ranked: np.ndarray = rows[np.lexsort((rows, -scores[rows]))]
+        return ranked
+
+    def rank_shapes(
+        self, nodes: NodeRows, ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
+    ) -> list[RankedRows] | None:
+        parts = np.array_split(np.arange(len(nodes.rows)), self.shards)
+        deltas = [self._delta(index, nodes, positions) for index, positions in enumerate(parts)]
+        self.rows_sent = [len(delta.rows) for delta in deltas]
+        try:
+            answers: list[RankedRows] = ray.get(
+                self.coordinator.rank.remote(deltas, ranking, shapes, copies),
+                timeout=RAY_CALL_TIMEOUT_SECONDS,
+            )
+        except ray.exceptions.RayError as error:
+            self._recover(error)
+            return None
+        for index, positions in enumerate(parts):
+            self._remember(index, nodes, positions)
+        return answers
+
+    def _delta(self, index: int, nodes: NodeRows, positions: np.ndarray) -> ShardDelta:
+        sent = self._sent[index]
+        names = [nodes.specs[i].name for i in positions.tolist()]
+        if sent.nodes is None or sent.names != names:
+            return _take(nodes, positions, seed=True)
+        changed = (
+            np.any(sent.nodes.idle != nodes.idle[positions], axis=1)
+            | np.any(sent.nodes.releasing != nodes.releasing[positions], axis=1)
+            | np.any(sent.nodes.allocatable != nodes.allocatable[positions], axis=1)
+            | (sent.nodes.schedulable != nodes.schedulable[positions])
+            | (sent.nodes.has_open_group != nodes.has_open_group[positions])
+            | np.array(
+                [
+                    a != b
+                    for a, b in zip(
+                        sent.nodes.specs, (nodes.specs[i] for i in positions.tolist()), strict=True
+                    )
+                ],
+                dtype=bool,
+            )
+        )
+        return _take(nodes, positions[changed], seed=False)
+
+    def _remember(self, index: int, nodes: NodeRows, positions: np.ndarray) -> None:
+        copy = _take(nodes, positions, seed=True)
+        self._sent[index] = _Sent(
+            names=[spec.name for spec in copy.specs],
+            nodes=NodeRows(
+                copy.rows,
+                copy.specs,
+                copy.allocatable,
+                copy.idle,
+                copy.releasing,
+                copy.schedulable,
+                copy.has_open_group,
+            ),
+        )
+
+    def _recover(self, error: Exception) -> None:
+        self.fallbacks += 1
+        log.warning("node shards failed (%s); ranking in-process this cycle and re-seeding shards", error)
+        self._sent = [_Sent() for _ in range(self.shards)]
+        try:
+            ray.get(self.coordinator.replace_dead_shards.remote(), timeout=RAY_CALL_TIMEOUT_SECONDS)
+        except ray.exceptions.RayError:
+            self.coordinator = RemoteCoordinator.remote(self.shards)
+
+    def kill_shard(self, index: int) -> None:
+        ray.get(self.coordinator.kill_shard.remote(index), timeout=RAY_CALL_TIMEOUT_SECONDS)

@@ -1,0 +1,129 @@
+"""Sharded ranking over Ray gives the plans of in-process ranking, for any shard count."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from builders import cluster, config
+from hypothesis import HealthCheck, given, settings
+from random_clusters import (
+    JobDraw,
+    QueueDraw,
+    full_cycle,
+    plan_facts,
+    running_cluster,
+    scenarios,
+    with_arrivals,
+)
+
+from kai_ray.cluster.sim.scenario import load_scenario
+from kai_ray.cluster.sim.simulator import SimulatedCluster
+from kai_ray.distributed.ray_executor import RayExecutor
+from kai_ray.engine.cycle import schedule
+from kai_ray.engine.plan import Plan
+from kai_ray.model.objects import ClusterState, TaskStatus
+from kai_ray.model.snapshot import compile_snapshot
+from kai_ray.report.scenario_json import render_json
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("local_ray")]
+
+SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "scenarios"
+ALL_ACTIONS = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
+
+
+def facts(plan: Plan) -> tuple[object, ...]:
+    return (plan.binds, plan.pipelined, plan.evictions, plan.pending_reasons)
+
+
+def test_the_public_corpus_prints_the_same_json_with_three_shards() -> None:
+    executor = RayExecutor(3)
+    differing = []
+    for path in sorted(SCENARIOS.rglob("*.yaml")):
+        sharded, local = load_scenario(path), load_scenario(path)
+        with_shards = render_json(
+            SimulatedCluster(sharded.state, sharded.config, executor).run(sharded.cycles)
+        )
+        in_process = render_json(SimulatedCluster(local.state, local.config).run(local.cycles))
+        if with_shards != in_process:
+            differing.append(path.name)
+    assert differing == []
+    assert executor.fallbacks == 0
+
+
+def many_nodes() -> ClusterState:
+    builder = cluster()
+    for index in range(12):
+        builder.node(f"n{index:02d}", gpus=8 if index % 3 else 4)
+    return (
+        builder.queue("a", gpu_quota=40)
+        .queue("b", gpu_quota=40)
+        .job("running", queue="a", gpus=4, pods=5, status=TaskStatus.RUNNING, node="n01")
+        .job("gang", queue="a", gpus=2, pods=6)
+        .job("singles", queue="b", gpus=1, pods=9, min_member=1)
+        .job("cpu", queue="b", gpus=0, cpu_millis=4000, pods=4, min_member=1)
+        .build()
+    )
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 4])
+def test_plans_match_in_process_ranking_for_any_shard_count(shards: int) -> None:
+    state = many_nodes()
+    local = schedule(compile_snapshot(copy.deepcopy(state)), config(actions=ALL_ACTIONS))
+    sharded = schedule(
+        compile_snapshot(copy.deepcopy(state)), config(actions=ALL_ACTIONS), RayExecutor(shards)
+    )
+    assert facts(sharded) == facts(local)
+    assert local.binds
+
+
+def test_shards_receive_only_changed_rows_after_the_first_batch() -> None:
+    executor = RayExecutor(2)
+    simulated = SimulatedCluster(many_nodes(), config(), executor)
+    first = simulated.run_cycle()
+    assert executor.rows_sent == [6, 6]
+    touched = {bind.node for bind in first.plan.binds}
+    simulated.advance()
+    simulated.state.jobs.extend(cluster().job("late", queue="b", gpus=1).build().jobs)
+    simulated.run_cycle()
+    assert 0 < sum(executor.rows_sent) == len(touched) < 12
+
+
+def test_a_dead_shard_costs_one_cycle_in_process_then_is_reseeded() -> None:
+    executor = RayExecutor(2)
+    expected = schedule(compile_snapshot(many_nodes()), config())
+    assert facts(schedule(compile_snapshot(many_nodes()), config(), executor)) == facts(expected)
+    executor.kill_shard(1)
+    assert facts(schedule(compile_snapshot(many_nodes()), config(), executor)) == facts(expected)
+    assert executor.fallbacks == 1
+    assert facts(schedule(compile_snapshot(many_nodes()), config(), executor)) == facts(expected)
+    assert executor.fallbacks == 1
+    assert executor.rows_sent == [6, 6]
+
+
+@pytest.fixture(scope="module")
+def executors() -> dict[int, RayExecutor]:
+    """One executor per shard count, reused across examples so shards keep state between them."""
+    return {shards: RayExecutor(shards) for shards in (1, 2, 3, 4)}
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(scenarios)
+def test_random_clusters_plan_alike_for_one_to_four_shards(
+    executors: dict[int, RayExecutor], drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]]
+) -> None:
+    nodes, queues, first, later = drawn
+    state = with_arrivals(running_cluster(nodes, queues, first), later)
+    expected = plan_facts(full_cycle(state).plan)
+    for executor in executors.values():
+        assert plan_facts(full_cycle(state, executor).plan) == expected
+
+
+def test_zero_shards_is_rejected() -> None:
+    with pytest.raises(ValueError, match="shards must be at least 1"):
+        RayExecutor(0)
