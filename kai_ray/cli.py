@@ -87,20 +87,44 @@ def bench(
     shape: Annotated[str, typer.Option("--shape", help="Shape name, e.g. fill-500x4000.")],
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Cycles to time.")] = 3,
     json_file: Annotated[Path | None, typer.Option("--json", help="Also write the result here.")] = None,
+    emit_scenario: Annotated[
+        Path | None,
+        typer.Option("--emit-scenario", help="Write the shape as a conformance scenario and exit untimed."),
+    ] = None,
 ) -> None:
     """Time scheduling cycles on a generated cluster shape."""
+    # Imported here so that only this command's body changes while the executor work lands alongside.
+    from kai_ray.bench.emit import write_scenario
+    from kai_ray.bench.shapes import build_shape
+
     try:
+        if emit_scenario is not None:
+            write_scenario(build_shape(shape), emit_scenario)
+            typer.echo(f"wrote {emit_scenario}")
+            return
         result = run_shape(shape, repeat)
     except ValueError as exc:
         _fail([str(exc)])
     table = Table(title=f"kai-ray bench {shape}")
-    for column in ("executor", "shards", "median cycle s", "pods placed", "pods/s", "peak RSS MB"):
+    columns = (
+        "executor",
+        "shards",
+        "cycles",
+        "median cycle s",
+        "pods placed",
+        "evictions",
+        "pods/s",
+        "peak RSS MB",
+    )
+    for column in columns:
         table.add_column(column, justify="right")
     table.add_row(
         result.executor,
         str(result.shards),
+        str(len(result.runs)),
         f"{result.median_cycle_seconds:.3f}",
         str(result.pods_placed),
+        str(result.evictions),
         f"{result.pods_per_second:.0f}",
         f"{result.peak_rss_mb:.0f}",
     )
