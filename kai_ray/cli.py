@@ -12,11 +12,13 @@ from rich.console import Console
 from rich.table import Table
 
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.bench.emit import write_scenario
 from kai_ray.bench.runner import run_shape
+from kai_ray.bench.shapes import build_shape
 from kai_ray.cluster.sim.manifests import cluster_from_manifests
 from kai_ray.cluster.sim.scenario import ScenarioError, is_scenario_file, load_scenario
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
-from kai_ray.distributed.executor import Executor, LocalExecutor
+from kai_ray.distributed.executor import Executor
 from kai_ray.report.scenario_json import render_json
 from kai_ray.report.table import render_table
 
@@ -30,6 +32,16 @@ class OutputFormat(enum.StrEnum):
 
 class ExecutorName(enum.StrEnum):
     LOCAL = "local"
+    RAY = "ray"
+
+
+ExecutorOption = Annotated[
+    ExecutorName, typer.Option("--executor", help="Rank nodes in-process or in Ray shards.")
+]
+ShardsOption = Annotated[int, typer.Option("--shards", min=1, help="Node shards for --executor ray.")]
+RayAddressOption = Annotated[
+    str | None, typer.Option("--ray-address", help="Join this Ray cluster instead of starting a local one.")
+]
 
 
 @app.callback()
@@ -37,9 +49,13 @@ def main() -> None:
     """Schedule GPU workloads the way KAI Scheduler does."""
 
 
-def _executor(name: ExecutorName) -> Executor:
-    """Only the in-process executor exists so far; the Ray executor adds a choice here."""
-    return LocalExecutor()
+def _executor(name: ExecutorName, shards: int, address: str | None) -> Executor | None:
+    """None means the engine's default, in-process executor."""
+    if name == ExecutorName.LOCAL:
+        return None
+    from kai_ray.distributed.ray_executor import RayExecutor
+
+    return RayExecutor(shards, address)
 
 
 def _fail(problems: list[str]) -> NoReturn:
@@ -48,7 +64,7 @@ def _fail(problems: list[str]) -> NoReturn:
     raise typer.Exit(code=2)
 
 
-def _simulate(path: Path, cycles: int | None, executor: Executor) -> list[CycleResult]:
+def _simulate(path: Path, cycles: int | None, executor: Executor | None) -> list[CycleResult]:
     if is_scenario_file(path):
         try:
             scenario = load_scenario(path)
@@ -68,14 +84,14 @@ def simulate(
     ],
     cycles: Annotated[int | None, typer.Option("--cycles", min=1, help="Scheduling cycles to run.")] = None,
     output: Annotated[OutputFormat, typer.Option("--output", help="table or json")] = OutputFormat.TABLE,
-    executor: Annotated[
-        ExecutorName, typer.Option("--executor", help="where node work runs")
-    ] = ExecutorName.LOCAL,
+    executor: ExecutorOption = ExecutorName.LOCAL,
+    shards: ShardsOption = 2,
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Schedule PATH on the embedded simulated cluster and print the result."""
     if not path.exists():
         _fail([f"{path}: no such file or directory"])
-    results = _simulate(path, cycles, _executor(executor))
+    results = _simulate(path, cycles, _executor(executor, shards, ray_address))
     if output == OutputFormat.JSON:
         typer.echo(render_json(results))
     else:
@@ -91,18 +107,18 @@ def bench(
         Path | None,
         typer.Option("--emit-scenario", help="Write the shape as a conformance scenario and exit untimed."),
     ] = None,
+    executor: ExecutorOption = ExecutorName.LOCAL,
+    shards: ShardsOption = 2,
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Time scheduling cycles on a generated cluster shape."""
-    # Imported here so that only this command's body changes while the executor work lands alongside.
-    from kai_ray.bench.emit import write_scenario
-    from kai_ray.bench.shapes import build_shape
-
     try:
         if emit_scenario is not None:
             write_scenario(build_shape(shape), emit_scenario)
             typer.echo(f"wrote {emit_scenario}")
             return
-        result = run_shape(shape, repeat)
+        chosen = _executor(executor, shards, ray_address)
+        result = run_shape(shape, repeat, chosen, shards if chosen is not None else 1)
     except ValueError as exc:
         _fail([str(exc)])
     table = Table(title=f"kai-ray bench {shape}")

@@ -8,6 +8,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from kai_ray.bench.shapes import build_shape
+from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import schedule
 from kai_ray.model.snapshot import compile_snapshot
 
@@ -28,7 +29,7 @@ class BenchResult:
         return asdict(self)
 
 
-def run_shape(name: str, repeat: int = 3) -> BenchResult:
+def run_shape(name: str, repeat: int = 3, executor: Executor | None = None, shards: int = 1) -> BenchResult:
     """Times `repeat` cycles, each on a freshly built shape, so no run sees another's leftovers.
 
     Building the cluster and compiling its snapshot stay outside the timer:
@@ -42,7 +43,7 @@ def run_shape(name: str, repeat: int = 3) -> BenchResult:
         snapshot = compile_snapshot(shape.state)
         config = shape.config
         started = time.perf_counter()
-        plan = schedule(snapshot, config)
+        plan = schedule(snapshot, config, executor)
         runs.append(time.perf_counter() - started)
         placed = len(plan.binds) + len(plan.pipelined)
         evicted = len(plan.evictions)
@@ -50,8 +51,8 @@ def run_shape(name: str, repeat: int = 3) -> BenchResult:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return BenchResult(
         shape=name,
-        executor="local",
-        shards=1,
+        executor="local" if executor is None else "ray",
+        shards=shards,
         runs=runs,
         median_cycle_seconds=median,
         pods_placed=placed,

@@ -17,7 +17,9 @@ from random_clusters import (
     scenarios,
     with_arrivals,
 )
+from typer.testing import CliRunner
 
+from kai_ray.cli import app
 from kai_ray.cluster.sim.scenario import load_scenario
 from kai_ray.cluster.sim.simulator import SimulatedCluster
 from kai_ray.distributed.ray_executor import RayExecutor
@@ -127,3 +129,23 @@ def test_random_clusters_plan_alike_for_one_to_four_shards(
 def test_zero_shards_is_rejected() -> None:
     with pytest.raises(ValueError, match="shards must be at least 1"):
         RayExecutor(0)
+
+
+def test_cli_simulate_with_ray_shards_prints_what_local_prints() -> None:
+    scenario = str(SCENARIOS / "gang" / "job-reclaims-from-job-on-two-nodes.yaml")
+    runner = CliRunner()
+    sharded = runner.invoke(
+        app, ["simulate", scenario, "--output", "json", "--executor", "ray", "--shards", "3"]
+    )
+    local = runner.invoke(app, ["simulate", scenario, "--output", "json"])
+    assert sharded.exit_code == 0
+    assert sharded.stdout == local.stdout
+
+
+def test_cli_bench_reports_the_ray_executor_and_shards() -> None:
+    result = CliRunner().invoke(
+        app, ["bench", "--shape", "fill-4x20", "--repeat", "2", "--executor", "ray", "--shards", "2"]
+    )
+    assert result.exit_code == 0
+    row = next(line for line in result.stdout.splitlines() if "ray" in line)
+    assert "20" in row
