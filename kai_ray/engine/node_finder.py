@@ -13,6 +13,7 @@ gives, whichever executor prepared it.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -53,7 +54,15 @@ def shape_of(task: Task) -> TaskShape:
 
 
 def shape_key(shape: TaskShape) -> ShapeKey:
-    return (shape.request, shape.needs_gpu, shape.constraints)
+    spec = shape.spec
+    return (
+        shape.request,
+        shape.needs_gpu,
+        shape.constraints,
+        spec.gpu,
+        spec.gpu_memory_mib,
+        spec.gpu_devices,
+    )
 
 
 def node_ranking(session: Session) -> NodeRanking | None:
@@ -111,9 +120,6 @@ class NodeFinder:
         self.ranking = node_ranking(session)
         self._frontiers: dict[ShapeKey, _Frontier] = {}
 
-    def usable_for(self, task: Task) -> bool:
-        return self.ranking is not None and not task.is_shared_gpu
-
     def prepare(self, tasks: list[Task]) -> None:
         """Let the executor rank rows for every pod shape of a batch, in one round."""
         if self.ranking is None:
@@ -141,18 +147,37 @@ class NodeFinder:
 
     def best(self, task: Task) -> int | None:
         """The best feasible row for the task, or None when no row fits."""
+        return next(self.ordered(task), None)
+
+    def ordered(self, task: Task) -> Iterator[int]:
+        """Feasible rows best first, produced lazily; the heap is left as it was found."""
         key = shape_key(shape_of(task))
         frontier = self._frontiers.get(key)
         if frontier is None:
             frontier = self._exact(task, key)
         self._refresh(task, frontier)
-        while True:
-            while frontier.heap and frontier.current.get(frontier.heap[0][1]) != frontier.heap[0][0]:
-                heapq.heappop(frontier.heap)
-            if frontier.bound is not None and (not frontier.heap or frontier.heap[0] > frontier.bound):
-                frontier = self._exact(task, key)
-                continue
-            return frontier.heap[0][1] if frontier.heap else None
+        taken: list[RankKey] = []
+        yielded: set[int] = set()
+        try:
+            while True:
+                while frontier.heap and frontier.current.get(frontier.heap[0][1]) != frontier.heap[0][0]:
+                    heapq.heappop(frontier.heap)
+                if frontier.bound is not None and (not frontier.heap or frontier.heap[0] > frontier.bound):
+                    for entry in taken:
+                        heapq.heappush(frontier.heap, entry)
+                    taken = []
+                    frontier = self._exact(task, key)
+                    continue
+                if not frontier.heap:
+                    return
+                entry = heapq.heappop(frontier.heap)
+                taken.append(entry)
+                if entry[1] not in yielded:
+                    yielded.add(entry[1])
+                    yield entry[1]
+        finally:
+            for entry in taken:
+                heapq.heappush(frontier.heap, entry)
 
     def _exact(self, task: Task, key: ShapeKey) -> _Frontier:
         rows = self.session.all_rows()

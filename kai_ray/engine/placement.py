@@ -9,6 +9,7 @@ always say why.
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,31 +35,37 @@ def place_task(
         reason = plugin.pre_predicate(task)
         if reason:
             return reason
-    if node_mask is None and session.node_finder.usable_for(task):
-        best = session.node_finder.best(task)
-        ranked = np.array([], dtype=np.int64) if best is None else np.array([best])
-    else:
-        rows = session.all_rows()
-        feasible, scores = score_rows(session, task, rows)
-        if node_mask is not None:
-            feasible &= node_mask
-        ranked = session.executor.rank(feasible, scores)
-    if not len(ranked):
+    ranked = _ranked_rows(session, task, node_mask)
+    first = next(ranked, None)
+    if first is None:
         why_not = "; ".join(_why_no_node_fits(session, task, node_mask))
         return f"pod {task.name}: 0 of {len(session.nodes.table)} nodes fit ({why_not})"
     if task.is_shared_gpu:
-        return _place_shared(session, statement, task, ranked, pipeline_only)
+        return _place_shared(session, statement, task, first, ranked, pipeline_only)
+    ranked.close()
     if session.predicates_enabled:
         reason = _node_capacity_problem(session, task, task.spec.gpu)
         if reason:
             return reason
-    row = int(ranked[0])
+    row = first
     starts_now = bool(np.all(task.request <= session.nodes.idle[row] + EPSILON))
     if starts_now and not pipeline_only:
         statement.allocate(task, row)
     else:
         statement.pipeline(task, row)
     return None
+
+
+def _ranked_rows(session: Session, task: Task, node_mask: np.ndarray | None) -> Generator[int, None, None]:
+    """Feasible rows best first: incrementally for the whole cluster, by a scan for a subset.
+
+    Callers close the generator when done, which hands popped entries back to the node finder.
+    """
+    if node_mask is None:
+        yield from session.node_finder.ordered(task)
+        return
+    feasible, scores = score_rows(session, task, session.all_rows())
+    yield from session.executor.rank(feasible & node_mask, scores).tolist()
 
 
 def _node_capacity_problem(session: Session, task: Task, accepted_gpus: float) -> str | None:
@@ -108,21 +115,28 @@ def _missing_resources(session: Session, task: Task, rows: np.ndarray) -> str:
 
 
 def _place_shared(
-    session: Session, statement: Statement, task: Task, ranked: np.ndarray, pipeline_only: bool
+    session: Session,
+    statement: Statement,
+    task: Task,
+    first: int,
+    rest: Generator[int, None, None],
+    pipeline_only: bool,
 ) -> str | None:
-    reason = f"pod {task.name}: no GPU with enough free memory to share"
-    for row in ranked:
-        choice = choose_devices(session, task, int(row))
-        if isinstance(choice, str):
-            reason = choice
-            continue
-        non_gpu_idle = np.delete(task.request <= session.nodes.idle[row] + EPSILON, GPU).all()
-        if choice.waits_for_release or not non_gpu_idle or pipeline_only:
-            statement.pipeline(task, int(row), choice.groups)
-        else:
-            statement.allocate(task, int(row), choice.groups)
-        return None
-    return reason
+    """Walk rows best first until one has GPUs the task can share (§17)."""
+    row = first
+    choice = choose_devices(session, task, row)
+    while isinstance(choice, str):
+        next_row = next(rest, None)
+        if next_row is None:
+            return choice
+        row, choice = next_row, choose_devices(session, task, next_row)
+    rest.close()
+    non_gpu_idle = np.delete(task.request <= session.nodes.idle[row] + EPSILON, GPU).all()
+    if choice.waits_for_release or not non_gpu_idle or pipeline_only:
+        statement.pipeline(task, row, choice.groups)
+    else:
+        statement.allocate(task, row, choice.groups)
+    return None
 
 
 def choose_devices(session: Session, task: Task, row: int) -> DeviceChoice | str:
