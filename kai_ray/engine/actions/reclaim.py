@@ -149,13 +149,15 @@ def _ratio(value: float, share: float) -> float:
 
 def _chunks(session: Session, outcome: Outcome) -> Iterator[tuple[str, np.ndarray]]:
     """Per victim job: each pod beyond its pod sets' minimum alone, then the core together."""
-    evicted = outcome.evicted()
-    jobs = list(dict.fromkeys(t.job for t in evicted))
-    for job in jobs:
+    by_job: dict[Job, list[Task]] = {}
+    for task in outcome.evicted():
+        by_job.setdefault(task.job, []).append(task)
+    for job, tasks in by_job.items():
         core = np.zeros(3)
         taken: dict[str, int] = {}
         elastic: list[np.ndarray] = []
-        for task in (t for t in evicted if t.job is job):
+        core_pods = 0
+        for task in tasks:
             pod_set = task.pod_set.name if task.pod_set else ""
             vector = session.placed_fairness(task, task.node) if task.node is not None else np.zeros(3)
             taken[pod_set] = taken.get(pod_set, 0) + 1
@@ -163,9 +165,10 @@ def _chunks(session: Session, outcome: Outcome) -> Iterator[tuple[str, np.ndarra
                 elastic.append(vector)
             else:
                 core = core + vector
+                core_pods += 1
         for vector in elastic:
             yield job.queue, vector
-        if np.any(core > 0) or not elastic:
+        if core_pods:
             yield job.queue, core
 
 
