@@ -30,12 +30,16 @@ class QueueBook:
         self.fair_share = np.zeros((count, 3))
         self._allocatable_share = self._compute_allocatable_share()
         self.chains = {name: [self.index[q] for q in snapshot.ancestry(name)] for name in self.names}
+        self.versions = [0] * count
+        """Bumped on every charge to a queue's subtree: lets callers cache what depends on it."""
 
     def top_level(self) -> list[str]:
         return [q.name for q in self.specs if q.parent is None]
 
     def charge(self, queue: str, vector: np.ndarray, non_preemptible: bool, sign: float = 1.0) -> None:
         rows = self.chains[queue]
+        for row in rows:
+            self.versions[row] += 1
         self.allocated[rows] += sign * vector
         if non_preemptible:
             self.allocated_non_preemptible[rows] += sign * vector

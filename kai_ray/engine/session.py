@@ -47,6 +47,7 @@ class Session:
         self.stale_since: dict[str, float] = {}
         self.committed: list[Operation] = []
         self._charges: dict[int, np.ndarray] = {}
+        self._queue_keys: dict[tuple[str, int, bytes], OrderKey] = {}
         self._in_session = False
         memories = [m for m in snapshot.nodes.gpu_memory if m > DEFAULT_GPU_MEMORY_MIB]
         self.min_gpu_memory = float(min(memories, default=DEFAULT_GPU_MEMORY_MIB))
@@ -188,6 +189,15 @@ class Session:
         return sorted(node.members, key=key)
 
     def queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey:
+        """Cached until the queue's accounting changes or the job vector differs."""
+        cache_key = (queue, self.queues.versions[self.queues.index[queue]], job.tobytes())
+        cached = self._queue_keys.get(cache_key)
+        if cached is None:
+            cached = self._queue_order_key(queue, job)
+            self._queue_keys[cache_key] = cached
+        return cached
+
+    def _queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey:
         key: list[float | str] = []
         for plugin in self.plugins:
             part = plugin.queue_order_key(queue, job)
