@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint conformance bench clean
+.PHONY: demo test lint conformance bench clean kube-bins
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,12 @@ $(STAMP): $(BIN)/python pyproject.toml
 demo: $(STAMP)
 	$(BIN)/kai-ray simulate examples/quickstart
 
-test: $(STAMP)
+# kube-apiserver + etcd (+ kwok) for the Kubernetes tests, built from their Go modules into
+# ~/.cache/kai-ray/k8s-test-bin once (cold: roughly 10 min on 2 cores; then a no-op).
+kube-bins:
+	bash tools/k8s/build-bins.sh
+
+test: $(STAMP) kube-bins
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)

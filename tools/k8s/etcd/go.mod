@@ -1,6 +1,6 @@
 module kai-ray/tools/k8s/etcd
 
-go 1.26.0
+go 1.25.0
 
 tool go.etcd.io/etcd/server/v3
 

@@ -1,0 +1,74 @@
+"""Fixtures for tests that need the real kube-apiserver test control plane.
+
+One dev cluster (etcd + kube-apiserver + kwok) is started for the whole session because it
+takes ~10-20 s on 2 cores; tests isolate themselves with a fresh namespace each.  Namespaces
+never finish deleting (no kube-controller-manager), so teardown deletes the test's pods with
+grace 0 and leaves the namespace Terminating, which is harmless.
+
+The binaries come from tools/k8s/build-bins.sh (cached outside the repo).  `make test` builds
+them first (`make kube-bins`) so a cold ~10 minute build does not run inside a test's timeout.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kai_ray.cluster.kube import devcluster
+from kai_ray.cluster.kube.devcluster import DevCluster
+
+#: Fake GPU nodes created at start-up (managed by kwok); tests must not change them.
+SESSION_NODES = 2
+SESSION_GPUS_PER_NODE = 8
+
+
+@pytest.fixture(scope="session")
+def kube_bin_dir() -> Path:
+    """Directory holding etcd / kube-apiserver / kwok, built once per machine."""
+    return devcluster.build_bins()
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(kube_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    """A dev cluster shared by the whole test run, stopped (no orphans) at the end."""
+    cluster_dir = tmp_path_factory.mktemp("devcluster")
+    cluster = devcluster.start(
+        cluster_dir,
+        nodes=SESSION_NODES,
+        gpus_per_node=SESSION_GPUS_PER_NODE,
+        bin_dir=kube_bin_dir,
+        die_with_parent=True,  # a killed pytest must not leave etcd/apiserver running
+    )
+    try:
+        yield cluster
+    finally:
+        devcluster.stop(cluster_dir)
+
+
+@pytest.fixture(scope="session")
+def kube_api(kube_cluster: DevCluster) -> Iterator[Any]:
+    """A `kubernetes.client.ApiClient` for the session cluster."""
+    api = kube_cluster.api_client()
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def namespace(kube_api: Any) -> Iterator[str]:
+    """A fresh, uniquely named namespace for one test."""
+    core = client.CoreV1Api(kube_api)
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        # No namespace controller runs: delete pods ourselves so they do not pile up in etcd.
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        core.delete_namespace(name)
