@@ -38,6 +38,8 @@ def place_task(
     ranked = _ranked_rows(session, task, node_mask)
     first = next(ranked, None)
     if first is None:
+        if session.simulating:
+            return f"pod {task.name}: no node fits"
         why_not = "; ".join(_why_no_node_fits(session, task, node_mask))
         return f"pod {task.name}: 0 of {len(session.nodes.table)} nodes fit ({why_not})"
     if task.is_shared_gpu:

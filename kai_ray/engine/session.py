@@ -8,9 +8,10 @@ of `Plugin` and combines their answers.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -48,6 +49,7 @@ class Session:
         self.committed: list[Operation] = []
         self._charges: dict[int, np.ndarray] = {}
         self._queue_keys: dict[tuple[str, int, bytes], OrderKey] = {}
+        self.simulating = False
         self._in_session = False
         memories = [m for m in snapshot.nodes.gpu_memory if m > DEFAULT_GPU_MEMORY_MIB]
         self.min_gpu_memory = float(min(memories, default=DEFAULT_GPU_MEMORY_MIB))
@@ -224,4 +226,15 @@ class Session:
         return self.has_plugin("predicates")
 
     def note_reason(self, job: Job, reason: str) -> None:
-        self.job_reasons.setdefault(job.key, reason)
+        """The first real reason a job could not be placed; what-if simulations keep quiet."""
+        if not self.simulating:
+            self.job_reasons.setdefault(job.key, reason)
+
+    @contextlib.contextmanager
+    def what_if(self) -> Iterator[None]:
+        """Inside, failures are expected and cheap: nothing is recorded or explained."""
+        previous, self.simulating = self.simulating, True
+        try:
+            yield
+        finally:
+            self.simulating = previous

@@ -24,7 +24,7 @@ from kai_ray.engine.jobs import Job, Task
 from kai_ray.engine.session import Session
 from kai_ray.engine.statement import Statement
 from kai_ray.engine.victims import VictimQueue
-from kai_ray.model.objects import ACTIVE_USED, TaskStatus
+from kai_ray.model.objects import ACTIVE_ALLOCATED, ACTIVE_USED, TaskStatus
 from kai_ray.model.resources import EPSILON, GPU
 
 
@@ -99,7 +99,10 @@ def solve(session: Session, preemptor: Job, policy: VictimPolicy, budget: Search
     wanted = (_gpus_wanted(t) for t in tasks_to_allocate(session, preemptor))
     demand = sorted((gpus for gpus in wanted if gpus > 0), reverse=True)
     tried: set[frozenset[int]] = set()
-    for generate in (_node_local_scenarios, _multi_node_scenarios):
+    generators: list[Generator] = [_multi_node_scenarios]
+    if _one_node_could_be_enough(session, demand, candidates):
+        generators.insert(0, _node_local_scenarios)
+    for generate in generators:
         victims = VictimQueue(session, candidates)
         accumulated = Accumulation(session)
         while (batch := victims.pop()) is not None:
@@ -117,6 +120,23 @@ def solve(session: Session, preemptor: Job, policy: VictimPolicy, budget: Search
                 if statement is not None:
                     return statement
     return None
+
+
+def _one_node_could_be_enough(session: Session, demand: list[float], candidates: list[Job]) -> bool:
+    """Whether any node-local scenario could free enough GPUs; if none can, that search is skipped.
+
+    A node-local scenario takes the victim jobs with a pod on one node (whole jobs), so it
+    frees at most the GPUs of all candidate jobs touching that node.
+    """
+    if not demand:
+        return True
+    per_node: dict[int, float] = {}
+    for job in candidates:
+        held = sum(_gpus_held(t) for t in job.tasks if t.status in ACTIVE_ALLOCATED)
+        for node in {t.node for t in job.tasks if t.node is not None and t.status in ACTIVE_ALLOCATED}:
+            per_node[node] = per_node.get(node, 0.0) + held
+    best = max(per_node.values(), default=0.0)
+    return float(session.free_gpus().sum()) + best + EPSILON >= sum(demand)
 
 
 def _gpus_wanted(task: Task) -> float:
@@ -188,7 +208,9 @@ def simulate(session: Session, preemptor: Job, victims: list[Task], policy: Vict
     for task in victims:
         statement.evict(task)
     evicted = {t.uid for t in victims}
-    if not _replace_in_order(session, statement, preemptor, victims, evicted):
+    with session.what_if():
+        replaced_all = _replace_in_order(session, statement, preemptor, victims, evicted)
+    if not replaced_all:
         statement.discard()
         return None
     active_after = sum(1 for t in preemptor.tasks if t.status in ACTIVE_USED)
