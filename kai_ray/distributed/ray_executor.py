@@ -24,7 +24,6 @@ import ray
 
 from kai_ray.distributed import kernels
 from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskShape
-from kai_ray.model.objects import NodeSpec
 
 log = logging.getLogger(__name__)
 
@@ -33,21 +32,16 @@ RAY_CALL_TIMEOUT_SECONDS = 120.0
 
 @dataclass
 class ShardDelta:
-    """What a shard must change: the full partition (`seed`) or just some of its rows."""
+    """What a shard must change: its whole partition (`seed`) or just some of its rows."""
 
     seed: bool
-    rows: np.ndarray
-    specs: list[NodeSpec]
-    allocatable: np.ndarray
-    idle: np.ndarray
-    releasing: np.ndarray
-    schedulable: np.ndarray
-    has_open_group: np.ndarray
+    nodes: NodeRows
 
 
-def _take(nodes: NodeRows, positions: np.ndarray, seed: bool) -> ShardDelta:
-    return ShardDelta(
-        seed=seed,
+def _take(nodes: NodeRows, positions: np.ndarray) -> NodeRows:
+    """The given rows of a node view, copied: fancy indexing copies, and arrays Ray hands a
+    shard are read-only, so a shard keeps its own copy to update in place."""
+    return NodeRows(
         rows=nodes.rows[positions],
         specs=[nodes.specs[i] for i in positions.tolist()],
         allocatable=nodes.allocatable[positions],
@@ -66,28 +60,21 @@ class NodeShard:
         self.position: dict[int, int] = {}
 
     def apply(self, delta: ShardDelta) -> None:
+        changed = delta.nodes
         if delta.seed or self.nodes is None:
-            self.nodes = NodeRows(
-                delta.rows.copy(),
-                list(delta.specs),
-                delta.allocatable.copy(),
-                delta.idle.copy(),
-                delta.releasing.copy(),
-                delta.schedulable.copy(),
-                delta.has_open_group.copy(),
-            )
-            self.position = {int(row): i for i, row in enumerate(delta.rows.tolist())}
+            self.nodes = _take(changed, np.arange(len(changed.rows)))
+            self.position = {int(row): i for i, row in enumerate(changed.rows.tolist())}
             return
-        where = np.array([self.position[int(row)] for row in delta.rows.tolist()], dtype=np.int64)
+        where = np.array([self.position[int(row)] for row in changed.rows.tolist()], dtype=np.int64)
         if not len(where):
             return
-        for i, spec in zip(where.tolist(), delta.specs, strict=True):
+        for i, spec in zip(where.tolist(), changed.specs, strict=True):
             self.nodes.specs[i] = spec
-        self.nodes.allocatable[where] = delta.allocatable
-        self.nodes.idle[where] = delta.idle
-        self.nodes.releasing[where] = delta.releasing
-        self.nodes.schedulable[where] = delta.schedulable
-        self.nodes.has_open_group[where] = delta.has_open_group
+        self.nodes.allocatable[where] = changed.allocatable
+        self.nodes.idle[where] = changed.idle
+        self.nodes.releasing[where] = changed.releasing
+        self.nodes.schedulable[where] = changed.schedulable
+        self.nodes.has_open_group[where] = changed.has_open_group
 
     def rank(
         self, delta: ShardDelta, ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
@@ -181,7 +168,7 @@ class RayExecutor:
     ) -> list[RankedRows] | None:
         parts = np.array_split(np.arange(len(nodes.rows)), self.shards)
         deltas = [self._delta(index, nodes, positions) for index, positions in enumerate(parts)]
-        self.rows_sent = [len(delta.rows) for delta in deltas]
+        self.rows_sent = [len(delta.nodes.rows) for delta in deltas]
         try:
             answers: list[RankedRows] = ray.get(
                 self.coordinator.rank.remote(deltas, ranking, shapes, copies),
@@ -198,7 +185,7 @@ class RayExecutor:
         sent = self._sent[index]
         names = [nodes.specs[i].name for i in positions.tolist()]
         if sent.nodes is None or sent.names != names:
-            return _take(nodes, positions, seed=True)
+            return ShardDelta(seed=True, nodes=_take(nodes, positions))
         changed = (
             np.any(sent.nodes.idle != nodes.idle[positions], axis=1)
             | np.any(sent.nodes.releasing != nodes.releasing[positions], axis=1)
@@ -215,22 +202,11 @@ class RayExecutor:
                 dtype=bool,
             )
         )
-        return _take(nodes, positions[changed], seed=False)
+        return ShardDelta(seed=False, nodes=_take(nodes, positions[changed]))
 
     def _remember(self, index: int, nodes: NodeRows, positions: np.ndarray) -> None:
-        copy = _take(nodes, positions, seed=True)
-        self._sent[index] = _Sent(
-            names=[spec.name for spec in copy.specs],
-            nodes=NodeRows(
-                copy.rows,
-                copy.specs,
-                copy.allocatable,
-                copy.idle,
-                copy.releasing,
-                copy.schedulable,
-                copy.has_open_group,
-            ),
-        )
+        copy = _take(nodes, positions)
+        self._sent[index] = _Sent(names=[spec.name for spec in copy.specs], nodes=copy)
 
     def _recover(self, error: Exception) -> None:
         self.fallbacks += 1
