@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -71,7 +71,25 @@ def non_negative_duration(value: str | None) -> str | None:
     return value
 
 
-Quantity = Annotated[str, BeforeValidator(_check_quantity)]
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+"""The pattern Kubernetes' OpenAPI gives `resource.Quantity`; the API server checks strings with it."""
+
+Quantity = Annotated[
+    str,
+    BeforeValidator(_check_quantity),
+    # The wire type is int-or-string, as in every Kubernetes schema: without this the generated
+    # CRDs would declare a plain string and the API server would reject `cpu: 2`.
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
+]
 """A Kubernetes quantity, kept in its wire form; read it with `parse_quantity`."""
 
 Duration = Annotated[str, AfterValidator(_check_duration)]

@@ -7,6 +7,7 @@ one: an omitted `limit` is 0, a hard cap of nothing. We keep that rather than
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -66,10 +67,16 @@ class QueueSpec(CrdModel):
     reclaim_min_runtime: Duration | None = None
 
 
+class QueueCondition(Condition):
+    """KAI's queue conditions also carry `lastProbeTime`; a CRD generated without it would prune it."""
+
+    last_probe_time: datetime | None = None
+
+
 class QueueStatus(KubeModel):
     """Written by the queue-controller; read-only for everyone else."""
 
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[QueueCondition] = Field(default_factory=list)
     child_queues: list[str] = Field(default_factory=list)
     allocated: ResourceList = Field(default_factory=dict)
     allocated_non_preemptible: ResourceList = Field(default_factory=dict)

@@ -22,10 +22,39 @@ class TopologyLevel(CrdModel):
     alias: QualifiedName | None = None
 
 
+LEVEL_RULES: list[dict[str, str]] = [
+    {
+        "rule": "self.map(l, l.nodeLabel) == oldSelf.map(l, l.nodeLabel)",
+        "message": "nodeLabel structure is immutable; only aliases may be edited",
+    },
+    {
+        "rule": "size(self.filter(i, size(self.filter(j, j.nodeLabel == i.nodeLabel)) > 1)) == 0",
+        "message": "nodeLabel must be unique",
+    },
+    {
+        "rule": f"size(self.filter(i, i.nodeLabel == '{HOSTNAME_LABEL}')) == 0"
+        f" || self[size(self) - 1].nodeLabel == '{HOSTNAME_LABEL}'",
+        "message": f"the {HOSTNAME_LABEL} label can only be used at the lowest level of topology",
+    },
+]
+"""KAI's CEL rules on `spec.levels`, verbatim, so the API server enforces them as it does for KAI.
+
+The last two repeat `_consistent_levels` below; the first (immutability) needs the old object,
+which only the API server has.
+"""
+
+
 class TopologySpec(CrdModel):
     """Levels ordered from the coarsest (e.g. block) to the finest (e.g. host)."""
 
-    levels: Annotated[list[TopologyLevel], Field(min_length=1, max_length=16)]
+    levels: Annotated[
+        list[TopologyLevel],
+        Field(
+            min_length=1,
+            max_length=16,
+            json_schema_extra={"x-kubernetes-list-type": "atomic", "x-kubernetes-validations": LEVEL_RULES},
+        ),
+    ]
 
     @field_validator("levels")
     @classmethod
