@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint conformance bench clean kube-bins
+.PHONY: demo test lint conformance clean kube-bins crds
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ kube-bins:
 
 test: $(STAMP) kube-bins
 	$(BIN)/python -m pytest
+
+# CustomResourceDefinitions generated from the pydantic models in kai_ray/api; commit the result
+# (tests/api/test_api_crds.py fails when the committed files drift from the models).
+crds: $(STAMP)
+	$(BIN)/python -m kai_ray.api.crds charts/kai-ray/crds
 
 lint: $(STAMP)
 	$(BIN)/ruff check kai_ray tests
