@@ -1,0 +1,537 @@
+"""Carrying out a `Plan` on a real cluster: BindRequests, evictions, pipelined Events.
+
+KAI's scheduler never binds a pod itself: it creates a ``BindRequest``
+(``scheduling.run.ai/v1alpha2``, named after the pod, owned by it) and a
+separate binder does the ``pods/binding`` call (spec/kubernetes-api.md §4,
+scheduling.md §2.2).  We keep that split, which is also what makes "never bind
+twice" hold across scheduler restarts: the BindRequest name is the pod name, so
+the API server itself refuses a second request for a pod (409), and a pod that
+already has ``spec.nodeName`` is never given one.
+
+Evictions go through the Eviction API (``policy/v1``, so graceful termination
+and audit apply) and fall back to a plain DELETE, which is what KAI does
+(§12 step 7); each evicted pod gets an ``Evict`` Event on its PodGroup naming
+the engine's reason, and the PodGroup's ``kai.scheduler/last-eviction-timestamp``
+is set (it restarts the preemption-delay window, §3.7).  Pipelined pods only get
+a ``Pipelined`` Event: nothing is reserved for them.
+
+Every call is independent, so they run with bounded concurrency; failures are
+collected in `ApplyResult` with the object named, never raised, because one
+bad pod must not stop the rest of the cycle.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from kubernetes import client
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from kai_ray.api.constants import (
+    BINDREQUEST_API_VERSION,
+    DEFAULT_NODE_POOL,
+    LAST_EVICTION_TIMESTAMP_ANNOTATION,
+    SCHEDULER_NAME,
+    SCHEDULING_GROUP,
+    SELECTED_NODE_LABEL,
+)
+from kai_ray.cluster.kube.status import (
+    PODGROUP_VERSION,
+    PODGROUPS,
+    CustomObjects,
+    EventWriter,
+    ObjectRef,
+    OperationError,
+    api_error_message,
+    discard,
+    now_utc,
+    rfc3339,
+    run_bounded,
+    split_job_key,
+)
+from kai_ray.engine.plan import Bind, Eviction, Plan
+
+__all__ = [
+    "BINDREQUESTS",
+    "BINDREQUEST_VERSION",
+    "POD_NAME_LABEL",
+    "ApplyResult",
+    "apply_plan",
+    "bind_request_body",
+    "received_gpu",
+]
+
+BINDREQUESTS = "bindrequests"
+BINDREQUEST_VERSION = BINDREQUEST_API_VERSION.split("/")[1]
+POD_NAME_LABEL = "pod-name"
+"""KAI's scheduler also labels each BindRequest with its pod's name (pkg/scheduler/cache/cache.go)."""
+
+_Item = TypeVar("_Item", Bind, Eviction)
+
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+@dataclass
+class ApplyResult:
+    """What `apply_plan` did.  Objects are named ``"namespace/pod"``.
+
+    ``skipped`` holds binds deliberately not made, with why (already bound, a BindRequest
+    already exists, pod gone or terminating, not ours).  ``errors`` holds API failures.
+    """
+
+    bind_requests: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    evicted: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    """Evictions done by the DELETE fallback (also listed in ``evicted``)."""
+    already_gone: list[str] = field(default_factory=list)
+    pipelined: list[str] = field(default_factory=list)
+    events: int = 0
+    errors: list[OperationError] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def add(self, attr: str, value: Any) -> None:
+        """Thread-safe append to a list field or increment of a counter field."""
+        with self._lock:
+            current = getattr(self, attr)
+            if isinstance(current, list):
+                current.append(value)
+            else:
+                setattr(self, attr, current + value)
+
+
+def received_gpu(bind: Bind) -> tuple[str, int, str]:
+    """(receivedResourceType, receivedGPU.count, receivedGPU.portion) for a bind, as KAI writes them.
+
+    Shared GPUs (the engine gives them GPU groups) are ``Fraction``: one device per group,
+    each with the same portion.  Whole GPUs are ``Regular`` with portion ``"1.00"``; no GPU
+    is ``""`` with ``0`` / ``"0.00"`` (KAI formats the portion ``%.2f``, §4.2).
+    """
+    if bind.gpu_groups:
+        count = len(bind.gpu_groups)
+        return "Fraction", count, f"{bind.accepted_gpus / count:.2f}"
+    if bind.accepted_gpus > 0:
+        return "Regular", round(bind.accepted_gpus), "1.00"
+    return "", 0, "0.00"
+
+
+def bind_request_body(
+    bind: Bind,
+    pod_uid: str,
+    *,
+    node_pool_label: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """The BindRequest KAI's scheduler would create for this bind (wire form).
+
+    Owned by the pod so it is garbage-collected with it; labelled with the selected node
+    (the scheduler deletes requests for vanished nodes by it) and, in a partitioned shard,
+    with the shard's node-pool label.  Label values that Kubernetes would reject (names
+    longer than 63 characters) are left out rather than failing the request.
+    """
+    namespace, _ = split_job_key(bind.job)
+    resource_type, count, portion = received_gpu(bind)
+    labels = {POD_NAME_LABEL: bind.task, SELECTED_NODE_LABEL: bind.node}
+    if node_pool_label is not None:
+        labels[node_pool_label[0]] = node_pool_label[1]
+    spec: dict[str, Any] = {
+        "podName": bind.task,
+        "selectedNode": bind.node,
+        "receivedResourceType": resource_type,
+        "receivedGPU": {"count": count, "portion": portion},
+    }
+    if bind.gpu_groups:
+        spec["selectedGPUGroups"] = list(bind.gpu_groups)
+    return {
+        "apiVersion": BINDREQUEST_API_VERSION,
+        "kind": "BindRequest",
+        "metadata": {
+            "name": bind.task,
+            "namespace": namespace,
+            "labels": {k: v for k, v in labels.items() if len(v) <= 63 and _LABEL_VALUE.match(v)},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": bind.task, "uid": pod_uid}],
+        },
+        "spec": spec,
+    }
+
+
+class _Applier:
+    def __init__(
+        self,
+        api: ApiClient,
+        scheduler_name: str,
+        recorder: EventWriter,
+        node_pool_label: tuple[str, str] | None,
+        pod_uids: Mapping[tuple[str, str], str] | None,
+        scheduled_events: bool,
+        result: ApplyResult,
+    ) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = CustomObjects(api)
+        self.scheduler_name = scheduler_name
+        self.recorder = recorder
+        self.node_pool_label = node_pool_label
+        self.pod_uids = pod_uids
+        self.scheduled_events = scheduled_events
+        self.result = result
+        self._podgroup_uids: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+
+    def guard(self, operation: str, obj: str, call: Callable[[], None]) -> Callable[[], None]:
+        """``call`` with anything it raises (a lost connection, a bug) recorded, not raised."""
+
+        def guarded() -> None:
+            try:
+                call()
+            except Exception as exc:
+                self.result.add("errors", OperationError(operation, obj, api_error_message(exc)))
+
+        return guarded
+
+    # ---- binds --------------------------------------------------------------------------
+
+    def bind(self, bind: Bind) -> None:
+        namespace, _ = split_job_key(bind.job)
+        who = f"{namespace}/{bind.task}"
+        known_uid = self.pod_uids.get((namespace, bind.task)) if self.pod_uids is not None else None
+        labels: dict[str, str] = {}
+        if known_uid:
+            # Trust the snapshot: a pod bound or replaced since is refused by the API server
+            # when the binder posts the binding (uid precondition, "already assigned").
+            uid = known_uid
+        else:
+            try:
+                pod = self.core.read_namespaced_pod(bind.task, namespace)
+            except ApiException as exc:
+                if exc.status == 404:
+                    self.result.add("skipped", (who, "pod no longer exists"))
+                else:
+                    self.result.add("errors", OperationError("read", f"Pod {who}", api_error_message(exc)))
+                return
+            uid = (pod.metadata.uid if pod.metadata else None) or ""
+            labels = dict((pod.metadata.labels if pod.metadata else None) or {})
+            why = self._refusal(bind, pod)
+            if why is not None:
+                self.result.add("skipped", (who, why))
+                return
+        body = bind_request_body(bind, uid, node_pool_label=self.node_pool_label)
+        try:
+            discard(
+                self.custom.api.create_namespaced_custom_object(
+                    SCHEDULING_GROUP,
+                    BINDREQUEST_VERSION,
+                    namespace,
+                    BINDREQUESTS,
+                    body,
+                    _preload_content=False,
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                self.result.add("skipped", (who, self._existing_request(namespace, bind.task)))
+                return
+            message = api_error_message(exc)
+            self.result.add("errors", OperationError("create", f"BindRequest {who}", message))
+            self._event(
+                ObjectRef.pod(namespace, bind.task, uid),
+                "Warning",
+                "FailedBinding",
+                f"Failed to bind pod {who} to node {bind.node}. {message}",
+            )
+            return
+        self.result.add("bind_requests", who)
+        if self.node_pool_label is not None:
+            self._label_pod_node_pool(namespace, bind.task, labels)
+        if self.scheduled_events:
+            pool = self.node_pool_label[1] if self.node_pool_label else DEFAULT_NODE_POOL
+            self._event(
+                ObjectRef.pod(namespace, bind.task, uid),
+                "Normal",
+                "Scheduled",
+                f"Successfully assigned pod {who} to node {bind.node} at node-pool {pool}",
+            )
+
+    def _refusal(self, bind: Bind, pod: client.V1Pod) -> str | None:
+        """Why this pod must not get a BindRequest now, or None when it may."""
+        meta, spec = pod.metadata, pod.spec
+        if spec is None or meta is None:
+            return "pod has no spec"
+        if spec.node_name:
+            if spec.node_name == bind.node:
+                return f"already bound to {spec.node_name}"
+            return f"already bound to {spec.node_name}; refusing to bind it to {bind.node}"
+        if meta.deletion_timestamp is not None:
+            return "pod is terminating"
+        if (spec.scheduler_name or "default-scheduler") != self.scheduler_name:
+            return f"pod belongs to scheduler {spec.scheduler_name!r}, not {self.scheduler_name!r}"
+        return None
+
+    def _existing_request(self, namespace: str, name: str) -> str:
+        """Describe the BindRequest that made creation fail with 409 (best effort)."""
+        try:
+            existing = self.custom.get(BINDREQUESTS, BINDREQUEST_VERSION, namespace, name)
+        except ApiException:
+            return "a BindRequest for this pod already exists"
+        spec = existing.get("spec") or {}
+        phase = (existing.get("status") or {}).get("phase") or "not yet processed"
+        return f"a BindRequest for this pod already exists (node {spec.get('selectedNode')}, phase {phase})"
+
+    def _label_pod_node_pool(self, namespace: str, pod: str, labels: dict[str, str]) -> None:
+        assert self.node_pool_label is not None
+        key, value = self.node_pool_label
+        if labels.get(key) == value:
+            return
+        try:
+            discard(
+                self.core.patch_namespaced_pod(
+                    pod,
+                    namespace,
+                    {"metadata": {"labels": {key: value}}},
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                )
+            )
+        except ApiException as exc:
+            self.result.add(
+                "errors", OperationError("label", f"Pod {namespace}/{pod}", api_error_message(exc))
+            )
+
+    # ---- evictions ----------------------------------------------------------------------
+
+    def evict(self, eviction: Eviction, gang_size: int) -> None:
+        namespace, podgroup = split_job_key(eviction.job)
+        who = f"{namespace}/{eviction.task}"
+        uid = self.pod_uids.get((namespace, eviction.task)) if self.pod_uids is not None else None
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
+        body = client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=eviction.task, namespace=namespace), delete_options=options
+        )
+        try:
+            # The response is a Status, which the generated client cannot decode as V1Eviction.
+            discard(
+                self.core.create_namespaced_pod_eviction(
+                    eviction.task, namespace, body, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                self.result.add("already_gone", who)
+                return
+            # 429 (a PodDisruptionBudget says no), 409 (uid precondition), 5xx, or no Eviction
+            # API at all: KAI evicts with a plain DELETE, so that is the fallback.
+            try:
+                discard(
+                    self.core.delete_namespaced_pod(
+                        eviction.task, namespace, body=options, _preload_content=False
+                    )
+                )
+            except ApiException as exc2:
+                if exc2.status == 404:
+                    self.result.add("already_gone", who)
+                else:
+                    self.result.add(
+                        "errors",
+                        OperationError(
+                            "evict",
+                            f"Pod {who}",
+                            f"{api_error_message(exc)}; delete fallback: {api_error_message(exc2)}",
+                        ),
+                    )
+                return
+            self.result.add("deleted", who)
+        self.result.add("evicted", who)
+        message = f"Pod {who} was evicted: {eviction.reason}"
+        annotations = {"num-evicted-pods": str(gang_size)}
+        action = _action_type(eviction.reason)
+        if action:
+            annotations["evictor-action-type"] = action
+        self._event(
+            ObjectRef.podgroup(namespace, podgroup, self._podgroup_uid(namespace, podgroup)),
+            "Normal",
+            "Evict",
+            message,
+            annotations=annotations,
+        )
+
+    def mark_evicted(self, job: str) -> None:
+        """Set ``kai.scheduler/last-eviction-timestamp``: it restarts the preemption-delay window."""
+        namespace, name = split_job_key(job)
+        patch = {"metadata": {"annotations": {LAST_EVICTION_TIMESTAMP_ANNOTATION: rfc3339(now_utc())}}}
+        try:
+            self.custom.patch(PODGROUPS, PODGROUP_VERSION, namespace, name, patch)
+        except ApiException as exc:
+            if exc.status != 404:
+                self.result.add(
+                    "errors",
+                    OperationError("annotate", f"PodGroup {namespace}/{name}", api_error_message(exc)),
+                )
+
+    def _podgroup_uid(self, namespace: str, name: str) -> str:
+        """The PodGroup's uid (so the Event shows in ``kubectl describe``), read once per apply."""
+        key = (namespace, name)
+        with self._lock:
+            if key in self._podgroup_uids:
+                return self._podgroup_uids[key]
+        try:
+            uid = str(
+                (self.custom.get(PODGROUPS, PODGROUP_VERSION, namespace, name).get("metadata") or {})["uid"]
+            )
+        except (ApiException, KeyError):
+            uid = ""
+        with self._lock:
+            self._podgroup_uids[key] = uid
+        return uid
+
+    # ---- pipelined ----------------------------------------------------------------------
+
+    def pipeline(self, bind: Bind) -> None:
+        namespace, _ = split_job_key(bind.job)
+        who = f"{namespace}/{bind.task}"
+        uid = self.pod_uids.get((namespace, bind.task), "") if self.pod_uids is not None else ""
+        message = (
+            f"Pod {who} is pipelined to node {bind.node}: it starts once the resources it was given "
+            "are released"
+        )
+        self._event(ObjectRef.pod(namespace, bind.task, uid), "Normal", "Pipelined", message, dedupe=True)
+        self.result.add("pipelined", who)
+
+    # ---- events -------------------------------------------------------------------------
+
+    def _event(
+        self,
+        ref: ObjectRef,
+        event_type: str,
+        reason: str,
+        message: str,
+        *,
+        annotations: Mapping[str, str] | None = None,
+        dedupe: bool = False,
+    ) -> bool:
+        try:
+            sent = self.recorder.record(
+                ref, event_type, reason, message, annotations=annotations, dedupe=dedupe
+            )
+        except ApiException as exc:
+            self.result.add(
+                "errors", OperationError(f"record {reason} Event on", str(ref), api_error_message(exc))
+            )
+            return False
+        if sent:
+            self.result.add("events", 1)
+        return sent
+
+
+def _action_type(reason: str) -> str | None:
+    """KAI's ``evictor-action-type`` Event annotation, recovered from the engine's reason text."""
+    text = reason.lower()
+    for prefix, action in (
+        ("preempt", "preempt"),
+        ("reclaim", "reclaim"),
+        ("consolidation", "consolidation"),
+        ("stale gang", "stalegangeviction"),
+    ):
+        if text.startswith(prefix):
+            return action
+    return None
+
+
+def apply_plan(
+    api: ApiClient,
+    plan: Plan,
+    *,
+    scheduler_name: str = SCHEDULER_NAME,
+    concurrency: int = 16,
+    recorder: EventWriter | None = None,
+    pod_uids: Mapping[tuple[str, str], str] | None = None,
+    node_pool_label: tuple[str, str] | None = None,
+    scheduled_events: bool = True,
+) -> ApplyResult:
+    """Create BindRequests, evict victims and announce pipelined pods; never raises for API errors.
+
+    Order matters only between evictions and binds: evictions run first so a victim's
+    graceful termination starts as early as possible (its capacity is what pipelined pods
+    wait for); binds of the same plan target free capacity and run right after.
+
+    ``recorder`` shares Event dedupe memory across cycles (the serve loop passes its own; a
+    fresh one is used otherwise).
+
+    ``pod_uids`` ((namespace, pod) → uid, from the snapshot) is the fast path for a
+    cache-backed scheduler: binds skip reading the pod (one API call per bind instead of
+    two) and evictions carry a uid precondition.  A pod bound or recreated since the
+    snapshot then still gets a BindRequest, which the binder fails (it checks the pod's node
+    and uid before binding, and the API server refuses to bind a pod twice); without
+    ``pod_uids`` each pod is read and such binds are skipped here.
+
+    ``node_pool_label`` (key, value) is the shard's partition label, added to BindRequests
+    and pods as KAI does for partitioned shards; leave None for the default shard.
+    ``scheduled_events`` writes KAI's ``Scheduled`` Event per bind (one extra API call per
+    pod; benchmarks may turn it off).
+    """
+    result = ApplyResult()
+    applier = _Applier(
+        api,
+        scheduler_name,
+        recorder or EventWriter(api, component=scheduler_name),
+        node_pool_label,
+        pod_uids,
+        scheduled_events,
+        result,
+    )
+    gang_sizes = Counter(e.job for e in plan.evictions)
+    evictions = _unique(plan.evictions)
+    run_bounded(
+        [
+            applier.guard("evict", _pod_name(e), functools.partial(applier.evict, e, gang_sizes[e.job]))
+            for e in evictions
+        ],
+        concurrency,
+    )
+    run_bounded(
+        [
+            applier.guard("annotate", f"PodGroup {job}", functools.partial(applier.mark_evicted, job))
+            for job in sorted({e.job for e in evictions})
+        ],
+        concurrency,
+    )
+    run_bounded(
+        [
+            applier.guard("bind", _pod_name(b), functools.partial(applier.bind, b))
+            for b in _unique(plan.binds)
+        ],
+        concurrency,
+    )
+    run_bounded(
+        [
+            applier.guard("announce pipelined", _pod_name(b), functools.partial(applier.pipeline, b))
+            for b in _unique(plan.pipelined)
+        ],
+        concurrency,
+    )
+    return result
+
+
+def _pod_name(item: Bind | Eviction) -> str:
+    namespace, _ = split_job_key(item.job)
+    return f"Pod {namespace}/{item.task}"
+
+
+def _unique(items: list[_Item]) -> list[_Item]:
+    """Drop a repeated (job, task) — a plan never has one, but a double bind must be impossible."""
+    seen: set[tuple[str, str]] = set()
+    out: list[_Item] = []
+    for item in items:
+        key = (item.job, item.task)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out

@@ -1,0 +1,742 @@
+"""Telling the cluster why: PodGroup scheduling conditions, Events, and Queue status.
+
+The engine explains every pending job in ``Plan.pending_reasons``; this module
+turns those explanations into the objects KAI users already read
+(spec/kubernetes-api.md §13): ``PodGroup.status.schedulingConditions`` (an
+``UnschedulableOnNodePool`` entry per node pool, the current one last), Events
+on PodGroups and pods, the ``PodScheduled=False/Unschedulable`` pod condition,
+and ``Queue.status.{allocated,requested}`` (§2.2; KAI's queue-controller writes
+those, kai-ray has none, so the scheduler does).
+
+Writing is the expensive part of a cycle on a big cluster, so everything here
+is "write only on change": conditions are compared with what the PodGroup
+holds, Events with the last message sent for the same object, queue status
+with what was written last.  The memory lives in a `StatusWriter` (one per
+scheduler process); after a restart the first cycle re-sends one Event per
+object, which is harmless.
+
+The small Kubernetes helpers the binder and the plan applier share (Events,
+status patches, job keys) live here too, so those modules stay thin.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+from kubernetes import client
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from kai_ray.api.constants import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_NODE_POOL,
+    PODGROUP_API_VERSION,
+    QUEUE_API_VERSION,
+    RESOURCE_CPU,
+    RESOURCE_GPU,
+    RESOURCE_MEMORY,
+    SCHEDULER_NAME,
+    SCHEDULING_GROUP,
+)
+from kai_ray.engine.plan import Plan
+from kai_ray.model.objects import ACTIVE_ALLOCATED, TaskStatus
+
+__all__ = [
+    "CONDITION_UNSCHEDULABLE_ON_NODE_POOL",
+    "REASON_UNSCHEDULABLE",
+    "CustomObjects",
+    "EventWriter",
+    "ObjectRef",
+    "OperationError",
+    "PodGroupRef",
+    "StatusResult",
+    "StatusWriter",
+    "desired_conditions",
+    "explanation_reason",
+    "queue_usage_from_book",
+    "split_job_key",
+    "write_podgroup_status",
+    "write_queue_status",
+]
+
+log = logging.getLogger(__name__)
+
+CONDITION_UNSCHEDULABLE_ON_NODE_POOL = "UnschedulableOnNodePool"
+"""The only `schedulingConditions[].type` KAI writes (§13.2)."""
+REASON_UNSCHEDULABLE = "Unschedulable"
+"""Deprecated-but-written `reason` of a scheduling condition, and the Event reason for pending jobs."""
+DEFAULT_PODGROUP_ERROR = "Unable to schedule podgroup"
+"""KAI's generic `UnschedulableExplanation.reason` when no specific one applies."""
+
+PODGROUP_VERSION = PODGROUP_API_VERSION.split("/")[1]
+QUEUE_VERSION = QUEUE_API_VERSION.split("/")[1]
+PODGROUPS = "podgroups"
+QUEUES = "queues"
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+#: Task statuses after which a job counts as placed for condition purposes: its BindRequest
+#: exists or it runs.  Pipelined pods still wait for capacity, so a job with one keeps its condition.
+_PLACED = frozenset({TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
+_WAITING = frozenset({TaskStatus.PENDING, TaskStatus.GATED, TaskStatus.PIPELINED})
+
+
+# --------------------------------------------------------------------------------------------
+# Small shared helpers
+
+
+@dataclass(frozen=True)
+class OperationError:
+    """One API call that failed: what was being done, to which object, and the server's answer."""
+
+    operation: str
+    object: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.operation} {self.object}: {self.message}"
+
+
+def split_job_key(key: str) -> tuple[str, str]:
+    """``"ns/name"`` → ``("ns", "name")``; a bare name (simulator jobs) lives in ``default``."""
+    namespace, sep, name = key.partition("/")
+    return (namespace, name) if sep else (DEFAULT_NAMESPACE, key)
+
+
+def now_utc() -> _dt.datetime:
+    return _dt.datetime.now(_dt.UTC)
+
+
+def rfc3339(moment: _dt.datetime) -> str:
+    """Kubernetes' timestamp form (second precision, ``Z``), as KAI writes its annotations."""
+    return moment.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def api_error_message(exc: BaseException) -> str:
+    """The human part of an API error (the server's Status message when there is one)."""
+    if isinstance(exc, ApiException):
+        body = exc.body
+        if isinstance(body, bytes | bytearray):
+            body = body.decode(errors="replace")
+        if isinstance(body, str) and body:
+            try:
+                status = json.loads(body)
+            except ValueError:
+                return f"{exc.status} {exc.reason}: {body[:300]}"
+            if isinstance(status, dict) and status.get("message"):
+                return f"{exc.status} {status.get('reason') or exc.reason}: {status['message']}"
+        return f"{exc.status} {exc.reason}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def is_status(exc: BaseException, *codes: int) -> bool:
+    return isinstance(exc, ApiException) and exc.status in codes
+
+
+def discard(response: object) -> None:
+    """Release a raw (``_preload_content=False``) response so its connection returns to the pool."""
+    release = getattr(response, "release_conn", None)
+    drain = getattr(response, "drain_conn", None)
+    if callable(drain):
+        drain()
+    if callable(release):
+        release()
+
+
+def run_bounded(calls: Sequence[Callable[[], None]], concurrency: int) -> None:
+    """Run independent API calls with at most ``concurrency`` in flight; returns when all ended.
+
+    Each call records its own outcome (callers guard them so they never raise); a thread pool rather
+    than asyncio because the kubernetes client is synchronous.  One call runs inline, which
+    keeps the common small cycle free of thread start-up cost.
+    """
+    if not calls:
+        return
+    if len(calls) == 1 or concurrency <= 1:
+        for call in calls:
+            call()
+        return
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(calls)), thread_name_prefix="kai-apply") as pool:
+        for future in [pool.submit(call) for call in calls]:
+            future.result()
+
+
+class CustomObjects:
+    """Custom-object calls with the status-subresource check done once per resource.
+
+    KAI's CRDs all have a ``status`` subresource, so status must go through ``/status`` (a
+    patch of the main resource silently drops it).  A CRD without one (an older or
+    hand-written install) answers 404 on ``/status``; then the main resource is patched and
+    that answer is remembered for the rest of the process.
+    """
+
+    def __init__(self, api: ApiClient) -> None:
+        self.api = client.CustomObjectsApi(api)
+        self._no_status_subresource: set[str] = set()
+        self._lock = threading.Lock()
+
+    def get(self, plural: str, version: str, namespace: str | None, name: str) -> dict[str, Any]:
+        if namespace is None:
+            obj = self.api.get_cluster_custom_object(SCHEDULING_GROUP, version, plural, name)
+        else:
+            obj = self.api.get_namespaced_custom_object(SCHEDULING_GROUP, version, namespace, plural, name)
+        return cast(dict[str, Any], obj)
+
+    def patch_status(
+        self, plural: str, version: str, namespace: str | None, name: str, body: Mapping[str, Any]
+    ) -> None:
+        """Merge-patch ``body`` (``{"status": ...}``) into the object's status."""
+        if plural not in self._no_status_subresource:
+            try:
+                self._patch(plural, version, namespace, name, body, status=True)
+                return
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            # 404: either the object is gone or the CRD has no status subresource; the main
+            # resource tells which (it 404s too when the object is gone).
+            self._patch(plural, version, namespace, name, body, status=False)
+            with self._lock:
+                self._no_status_subresource.add(plural)
+            log.info("CRD %s.%s has no status subresource; patching status on the object", plural, version)
+            return
+        self._patch(plural, version, namespace, name, body, status=False)
+
+    def patch(self, plural: str, version: str, namespace: str | None, name: str, body: Any) -> None:
+        self._patch(plural, version, namespace, name, body, status=False)
+
+    def _patch(
+        self, plural: str, version: str, namespace: str | None, name: str, body: Any, *, status: bool
+    ) -> None:
+        content_type = JSON_PATCH if isinstance(body, list) else MERGE_PATCH
+        kwargs: dict[str, Any] = {"_content_type": content_type, "_preload_content": False}
+        group = SCHEDULING_GROUP
+        if namespace is None:
+            if status:
+                resp = self.api.patch_cluster_custom_object_status(
+                    group, version, plural, name, body, **kwargs
+                )
+            else:
+                resp = self.api.patch_cluster_custom_object(group, version, plural, name, body, **kwargs)
+        elif status:
+            resp = self.api.patch_namespaced_custom_object_status(
+                group, version, namespace, plural, name, body, **kwargs
+            )
+        else:
+            resp = self.api.patch_namespaced_custom_object(
+                group, version, namespace, plural, name, body, **kwargs
+            )
+        discard(resp)
+
+
+# --------------------------------------------------------------------------------------------
+# Events
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """What an Event is about.  ``uid`` makes it show in ``kubectl describe``; it may be empty."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+    api_version: str = "v1"
+
+    @classmethod
+    def pod(cls, namespace: str, name: str, uid: str = "") -> ObjectRef:
+        return cls("Pod", namespace, name, uid, "v1")
+
+    @classmethod
+    def podgroup(cls, namespace: str, name: str, uid: str = "") -> ObjectRef:
+        return cls("PodGroup", namespace, name, uid, PODGROUP_API_VERSION)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+class EventWriter:
+    """Writes core/v1 Events the way client-go's recorder does, minus its aggregation.
+
+    ``dedupe=True`` on `record` suppresses an Event identical (type, reason, message) to the
+    last one sent for the same object: the scheduler re-explains every pending job every
+    second, and an Event per second per job would flood etcd.  Memory is per object and
+    bounded by the number of objects seen; `forget` drops objects that are gone.
+    """
+
+    def __init__(self, api: ApiClient, *, component: str = SCHEDULER_NAME) -> None:
+        self.core = client.CoreV1Api(api)
+        self.component = component
+        self._last: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        self._lock = threading.Lock()
+
+    def record(
+        self,
+        ref: ObjectRef,
+        event_type: str,
+        reason: str,
+        message: str,
+        *,
+        annotations: Mapping[str, str] | None = None,
+        dedupe: bool = False,
+    ) -> bool:
+        """Create the Event; False when it was a suppressed duplicate.  API errors propagate."""
+        key = (ref.kind, ref.namespace, ref.name)
+        value = (event_type, reason, message)
+        if dedupe:
+            with self._lock:
+                if self._last.get(key) == value:
+                    return False
+        now = now_utc()
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(
+                # client-go's naming, <object>.<hex nanoseconds>, plus a random tail because
+                # several Events about one object can be written in the same instant here.
+                name=f"{ref.name[:200]}.{time.time_ns():x}{secrets.token_hex(2)}",
+                namespace=ref.namespace,
+                annotations=dict(annotations) if annotations else None,
+            ),
+            involved_object=client.V1ObjectReference(
+                api_version=ref.api_version,
+                kind=ref.kind,
+                name=ref.name,
+                namespace=ref.namespace,
+                uid=ref.uid or None,
+            ),
+            reason=reason,
+            message=message[:1024],  # the API server caps Event messages; KAI's are short too
+            type=event_type,
+            source=client.V1EventSource(component=self.component),
+            reporting_component=self.component,
+            reporting_instance=self.component,
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        discard(self.core.create_namespaced_event(ref.namespace, event, _preload_content=False))
+        with self._lock:
+            self._last[key] = value
+        return True
+
+    def forget(self, keep: Iterable[tuple[str, str, str]]) -> None:
+        """Drop dedupe memory for objects not in ``keep`` ((kind, namespace, name) triples)."""
+        alive = set(keep)
+        with self._lock:
+            for key in [k for k in self._last if k not in alive]:
+                del self._last[key]
+
+
+# --------------------------------------------------------------------------------------------
+# PodGroup conditions
+
+
+@dataclass(frozen=True)
+class PodGroupRef:
+    """What the status writer needs to know about one PodGroup (normally from the informer cache).
+
+    ``scheduling_conditions`` is ``status.schedulingConditions`` exactly as stored (wire
+    form), so the writer can skip unchanged PodGroups without a GET.  ``pod_uids`` (pod name
+    → uid) lets pod Events show in ``kubectl describe``; missing pods get Events without uid.
+    """
+
+    namespace: str
+    name: str
+    uid: str = ""
+    node_pool: str = DEFAULT_NODE_POOL
+    scheduling_conditions: tuple[Mapping[str, Any], ...] = ()
+    mark_unschedulable: bool = True
+    pod_uids: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_object(
+        cls, obj: Mapping[str, Any], node_pool_label: str = "kai.scheduler/node-pool"
+    ) -> PodGroupRef:
+        """Build from a PodGroup as the API returns it (a dict)."""
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        labels = meta.get("labels") or {}
+        mark = spec.get("markUnschedulable")
+        return cls(
+            namespace=str(meta.get("namespace") or DEFAULT_NAMESPACE),
+            name=str(meta.get("name")),
+            uid=str(meta.get("uid") or ""),
+            node_pool=str(labels.get(node_pool_label) or DEFAULT_NODE_POOL),
+            scheduling_conditions=tuple(status.get("schedulingConditions") or ()),
+            mark_unschedulable=True if mark is None else bool(mark),
+        )
+
+
+@dataclass
+class StatusResult:
+    """What one status write did; API failures are collected, never raised."""
+
+    conditions_set: list[str] = field(default_factory=list)
+    conditions_cleared: list[str] = field(default_factory=list)
+    events: int = 0
+    pods_marked: int = 0
+    queues_written: list[str] = field(default_factory=list)
+    errors: list[OperationError] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def add(self, attr: str, value: Any) -> None:
+        """Thread-safe append to a list field or increment of a counter field."""
+        with self._lock:
+            current = getattr(self, attr)
+            if isinstance(current, list):
+                current.append(value)
+            else:
+                setattr(self, attr, current + value)
+
+
+def explanation_reason(message: str) -> str:
+    """KAI's machine-readable ``UnschedulableExplanation.reason`` for one of our messages.
+
+    The engine explains in prose; clients that switch on KAI's well-known reasons
+    (§13.2) get them where the prose says the same thing, else KAI's generic default.
+    """
+    text = message.lower()
+    if "preemption delay" in text:
+        return "PreemptionDelayNotElapsed"
+    if "non-preemptible" in text and ("quota" in text):
+        return "NonPreemptibleOverQuota"
+    if " limit " in text and "exceeded" in text:
+        return "OverLimit"
+    # QueueDoesNotExist is left to `reporting.ProblemReporter`: PodGroups naming a missing
+    # queue never reach the engine, and that reporter clears conditions with its reasons.
+    return DEFAULT_PODGROUP_ERROR
+
+
+def _condition_equal(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
+    """KAI's equality: type, node pool, reason, message and status (not time or transition id)."""
+    if a is None:
+        return False
+    return all(a.get(k) == b.get(k) for k in ("type", "nodePool", "reason", "message", "status"))
+
+
+def desired_conditions(
+    current: Sequence[Mapping[str, Any]], node_pool: str, message: str, now: _dt.datetime
+) -> list[dict[str, Any]] | None:
+    """The new ``schedulingConditions`` list, or None when the stored one already says this.
+
+    Mirrors KAI's updater: one entry per node pool; the updated pool's entry moves to the end
+    (consumers read the last entry as current); ``transitionID`` is the last entry's id + 1.
+    """
+    condition: dict[str, Any] = {
+        "type": CONDITION_UNSCHEDULABLE_ON_NODE_POOL,
+        "nodePool": node_pool,
+        "reason": REASON_UNSCHEDULABLE,
+        "message": message,
+        "reasons": [{"reason": explanation_reason(message), "message": message}],
+        "status": "True",
+    }
+    last = current[-1] if current else None
+    if _condition_equal(last, condition):
+        return None
+    try:
+        last_id = int(str(last.get("transitionID", "0"))) if last is not None else 0
+    except ValueError:
+        last_id = 0
+    condition["transitionID"] = str(max(last_id, 0) + 1)
+    condition["lastTransitionTime"] = rfc3339(now)
+    kept = [dict(c) for c in current if c.get("nodePool") != node_pool]
+    return [*kept, condition]
+
+
+class StatusWriter:
+    """Writes PodGroup conditions, Events and Queue status; remembers what it wrote.
+
+    One per scheduler process.  ``mark_pods`` also gives each pending pod of an
+    unschedulable job a Warning ``Unschedulable`` Event and the
+    ``PodScheduled=False/Unschedulable`` condition, as KAI does when the PodGroup's
+    ``markUnschedulable`` is true (its default) — so ``kubectl describe pod`` explains too.
+    """
+
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        scheduler_name: str = SCHEDULER_NAME,
+        concurrency: int = 16,
+        mark_pods: bool = True,
+        recorder: EventWriter | None = None,
+        clock: Callable[[], _dt.datetime] = now_utc,
+    ) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = CustomObjects(api)
+        self.recorder = recorder or EventWriter(api, component=scheduler_name)
+        self.concurrency = concurrency
+        self.mark_pods = mark_pods
+        self.clock = clock
+        self._pod_conditions: dict[tuple[str, str], str] = {}
+        self._queue_status: dict[str, dict[str, dict[str, str]]] = {}
+        self._lock = threading.Lock()
+
+    # ---- PodGroups ----------------------------------------------------------------------
+
+    def write_podgroup_status(
+        self, plan: Plan, podgroups: Mapping[str, PodGroupRef] | None = None
+    ) -> StatusResult:
+        """Explain pending jobs and clear the explanation of placed ones.
+
+        ``podgroups`` maps job key (``"ns/name"``) to what the cache knows about that
+        PodGroup; keys missing from it are skipped (the PodGroup does not exist).  Without it
+        every job of the plan is read with a GET first — fine for tests and small clusters.
+        """
+        result = StatusResult()
+        jobs = _plan_jobs(plan)
+        calls = [
+            functools.partial(
+                self._write_job, key, statuses, plan.pending_reasons.get(key), podgroups, result
+            )
+            for key, statuses in sorted(jobs.items())
+        ]
+        run_bounded(calls, self.concurrency)
+        return result
+
+    def _write_job(
+        self,
+        key: str,
+        statuses: dict[str, TaskStatus],
+        reason: str | None,
+        podgroups: Mapping[str, PodGroupRef] | None,
+        result: StatusResult,
+    ) -> None:
+        namespace, name = split_job_key(key)
+        obj = f"PodGroup {namespace}/{name}"
+        try:
+            if podgroups is None:
+                try:
+                    ref = PodGroupRef.from_object(
+                        self.custom.get(PODGROUPS, PODGROUP_VERSION, namespace, name)
+                    )
+                except ApiException as exc:
+                    if exc.status == 404:
+                        return  # a job without a PodGroup object (not ours to explain)
+                    raise
+            else:
+                found = podgroups.get(key)
+                if found is None:
+                    return
+                ref = found
+            if reason is not None:
+                self._explain(ref, reason, statuses, result)
+            elif ref.scheduling_conditions and not any(s in _WAITING for s in statuses.values()):
+                self.custom.patch_status(
+                    PODGROUPS, PODGROUP_VERSION, namespace, name, {"status": {"schedulingConditions": None}}
+                )
+                result.add("conditions_cleared", key)
+        except Exception as exc:  # collected, never raised: one PodGroup must not stop the rest
+            result.add("errors", OperationError("write status of", obj, api_error_message(exc)))
+
+    def _explain(
+        self, ref: PodGroupRef, reason: str, statuses: dict[str, TaskStatus], result: StatusResult
+    ) -> None:
+        key = f"{ref.namespace}/{ref.name}"
+        # KAI records the Event on every pending job but leaves the condition alone while any
+        # of its pods holds resources (an elastic job that got part of what it asked for).
+        if self.recorder.record(
+            ObjectRef.podgroup(ref.namespace, ref.name, ref.uid),
+            "Normal",
+            REASON_UNSCHEDULABLE,
+            reason,
+            dedupe=True,
+        ):
+            result.add("events", 1)
+        if not any(s in ACTIVE_ALLOCATED for s in statuses.values()):
+            conditions = desired_conditions(ref.scheduling_conditions, ref.node_pool, reason, self.clock())
+            if conditions is not None:
+                self.custom.patch_status(
+                    PODGROUPS,
+                    PODGROUP_VERSION,
+                    ref.namespace,
+                    ref.name,
+                    {"status": {"schedulingConditions": conditions}},
+                )
+                result.add("conditions_set", key)
+        if self.mark_pods:
+            for pod, status in sorted(statuses.items()):
+                if status == TaskStatus.PENDING:
+                    self._mark_pod(ref, pod, reason, result)
+
+    def _mark_pod(self, ref: PodGroupRef, pod: str, message: str, result: StatusResult) -> None:
+        pod_ref = ObjectRef.pod(ref.namespace, pod, ref.pod_uids.get(pod, ""))
+        if self.recorder.record(pod_ref, "Warning", REASON_UNSCHEDULABLE, message, dedupe=True):
+            result.add("events", 1)
+        if not ref.mark_unschedulable:
+            return
+        key = (ref.namespace, pod)
+        with self._lock:
+            if self._pod_conditions.get(key) == message:
+                return
+        body = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": REASON_UNSCHEDULABLE,
+                        "message": message,
+                        "lastTransitionTime": rfc3339(self.clock()),
+                    }
+                ]
+            }
+        }
+        try:
+            discard(
+                self.core.patch_namespaced_pod_status(
+                    pod, ref.namespace, body, _content_type=STRATEGIC_MERGE_PATCH, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return  # the pod went away meanwhile
+            raise
+        with self._lock:
+            self._pod_conditions[key] = message
+        result.add("pods_marked", 1)
+
+    # ---- Queues -------------------------------------------------------------------------
+
+    def write_queue_status(self, queues: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> StatusResult:
+        """Patch ``status.allocated`` / ``requested`` (/ ``allocatedNonPreemptible``) per queue.
+
+        ``queues`` maps queue name to ``{"allocated": ResourceList, "requested": ResourceList,
+        optionally "allocatedNonPreemptible": ResourceList}``; values may be numbers or
+        quantity strings.  A merge patch merges maps key by key, so resources this writer
+        wrote before and no longer reports are removed explicitly (set to null).  Unchanged
+        queues are not written at all.
+        """
+        result = StatusResult()
+        calls = [
+            functools.partial(self._write_queue, name, usage, result)
+            for name, usage in sorted(queues.items())
+        ]
+        run_bounded(calls, self.concurrency)
+        return result
+
+    def _write_queue(self, name: str, usage: Mapping[str, Mapping[str, Any]], result: StatusResult) -> None:
+        try:
+            desired = {
+                section: {str(k): _quantity(v) for k, v in values.items()}
+                for section, values in usage.items()
+                if section in ("allocated", "requested", "allocatedNonPreemptible")
+            }
+        except TypeError as exc:
+            result.add("errors", OperationError("write status of", f"Queue {name}", str(exc)))
+            return
+        with self._lock:
+            previous = self._queue_status.get(name)
+        if previous == desired:
+            return
+        patch: dict[str, Any] = {}
+        for section, values in desired.items():
+            section_patch: dict[str, Any] = dict(values)
+            for gone in set((previous or {}).get(section, {})) - set(values):
+                section_patch[gone] = None
+            patch[section] = section_patch
+        try:
+            self.custom.patch_status(QUEUES, QUEUE_VERSION, None, name, {"status": patch})
+        except Exception as exc:
+            result.add("errors", OperationError("write status of", f"Queue {name}", api_error_message(exc)))
+            return
+        with self._lock:
+            self._queue_status[name] = desired
+        result.add("queues_written", name)
+
+
+def _plan_jobs(plan: Plan) -> dict[str, dict[str, TaskStatus]]:
+    """Job key → {pod name → status at the end of the cycle}, including jobs with no tasks."""
+    jobs: dict[str, dict[str, TaskStatus]] = {}
+    for (job, task), state in plan.tasks.items():
+        jobs.setdefault(job, {})[task] = state.status
+    for job in plan.pending_reasons:
+        jobs.setdefault(job, {})
+    return jobs
+
+
+def _quantity(value: Any) -> str:
+    """A ResourceList value in wire form: numbers become the shortest exact decimal."""
+    if isinstance(value, bool):
+        raise TypeError(f"not a quantity: {value!r}")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.6f}".rstrip("0").rstrip(".") if value != int(value) else str(int(value))
+    return str(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Module-level conveniences
+
+
+def write_podgroup_status(
+    api: ApiClient,
+    plan: Plan,
+    podgroups: Mapping[str, PodGroupRef] | None = None,
+    *,
+    scheduler_name: str = SCHEDULER_NAME,
+    concurrency: int = 16,
+    mark_pods: bool = True,
+) -> StatusResult:
+    """One-shot `StatusWriter.write_podgroup_status` (no Event dedupe across calls)."""
+    writer = StatusWriter(api, scheduler_name=scheduler_name, concurrency=concurrency, mark_pods=mark_pods)
+    return writer.write_podgroup_status(plan, podgroups)
+
+
+def write_queue_status(
+    api: ApiClient, queues: Mapping[str, Mapping[str, Mapping[str, Any]]], *, concurrency: int = 16
+) -> StatusResult:
+    """One-shot `StatusWriter.write_queue_status` (writes every queue given)."""
+    return StatusWriter(api, concurrency=concurrency).write_queue_status(queues)
+
+
+class QueueArrays(Protocol):
+    """The parts of the engine's ``QueueBook`` that queue status is made of (columns cpu, memory, gpu)."""
+
+    names: list[str]
+    allocated: Any
+    allocated_non_preemptible: Any
+    request: Any
+
+
+def queue_usage_from_book(book: QueueArrays) -> dict[str, dict[str, dict[str, str]]]:
+    """Queue status ResourceLists from a session's queue accounting.
+
+    Units follow the engine (cpu millicores, memory bytes, GPUs in devices) and come out as
+    KAI writes them: ``cpu: "1500m"``, ``memory: "2147483648"``, ``nvidia.com/gpu: "1.5"``.
+    All three resources are always present, so a resource dropping to zero is written as 0.
+    """
+
+    def resources(row: Any) -> dict[str, str]:
+        cpu, memory, gpu = (float(v) for v in row)
+        return {
+            RESOURCE_CPU: f"{round(cpu)}m",
+            RESOURCE_MEMORY: str(round(memory)),
+            RESOURCE_GPU: _quantity(round(gpu, 6)),
+        }
+
+    return {
+        name: {
+            "allocated": resources(book.allocated[i]),
+            "allocatedNonPreemptible": resources(book.allocated_non_preemptible[i]),
+            "requested": resources(book.request[i]),
+        }
+        for i, name in enumerate(book.names)
+    }
