@@ -147,3 +147,65 @@ def bench(
     Console().print(table)
     if json_file is not None:
         json_file.write_text(json.dumps(result.as_json(), indent=2) + "\n")
+
+
+devcluster_app = typer.Typer(
+    help="A real kube-apiserver + etcd on loopback, for trying kai-ray out and for tests."
+)
+app.add_typer(devcluster_app, name="devcluster")
+
+
+@devcluster_app.command("up")
+def devcluster_up(
+    directory: Annotated[Path, typer.Option("--dir", help="Where the kubeconfig, logs and state go.")],
+    nodes: Annotated[int, typer.Option("--nodes", min=0, help="Fake GPU nodes to create.")] = 0,
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0)] = 8,
+) -> None:
+    """Start etcd, kube-apiserver and a pod runner; install CRDs and KAI's default objects."""
+    from kai_ray.cluster.kube import devcluster
+
+    try:
+        cluster = devcluster.start(directory, nodes=nodes, gpus_per_node=gpus_per_node)
+    except devcluster.DevClusterError as exc:
+        _fail([str(exc)])
+    typer.echo(f"kubeconfig: {cluster.kubeconfig}")
+    typer.echo(f"server: {cluster.server}")
+
+
+@devcluster_app.command("down")
+def devcluster_down(
+    directory: Annotated[Path, typer.Option("--dir", help="The directory given to `up`.")],
+) -> None:
+    """Stop everything `devcluster up` started in that directory."""
+    from kai_ray.cluster.kube import devcluster
+
+    devcluster.stop(directory)
+    typer.echo(f"stopped {directory}")
+
+
+@app.command()
+def serve(
+    kubeconfig: Annotated[Path, typer.Option("--kubeconfig", help="Cluster to schedule.")],
+    scheduler_name: Annotated[str, typer.Option("--scheduler-name")] = "kai-scheduler",
+    executor: ExecutorOption = ExecutorName.LOCAL,
+    shards: ShardsOption = 2,
+    ray_address: RayAddressOption = None,
+    period: Annotated[float, typer.Option("--period", min=0.05, help="Seconds between cycles.")] = 1.0,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics here.")
+    ] = None,
+    lease_namespace: Annotated[str, typer.Option("--lease-namespace")] = "default",
+    identity: Annotated[str | None, typer.Option("--identity", help="Leader-election identity.")] = None,
+) -> None:
+    """Schedule a Kubernetes cluster as KAI Scheduler does, until SIGTERM."""
+    from kai_ray.cluster.kube.serve import serve_forever
+
+    serve_forever(
+        kubeconfig=kubeconfig,
+        scheduler_name=scheduler_name,
+        executor=_executor(executor, shards, ray_address),
+        period=period,
+        metrics_port=metrics_port,
+        lease_namespace=lease_namespace,
+        identity=identity,
+    )
