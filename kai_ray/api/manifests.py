@@ -8,7 +8,7 @@ problems in one run, each on one line that names file, object and field.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -107,6 +107,18 @@ def load_manifest_text(text: str, file: str = "<string>") -> ManifestSet:
     """Load manifests from a string; `file` is the name problems will carry."""
     loader = _Loader()
     loader.load_text(text, file)
+    return loader.result
+
+
+def load_manifest_objects(objects: Iterable[Any], file: str) -> ManifestSet:
+    """Load already parsed objects (e.g. dicts read from an API server); `file` names their source.
+
+    Same checks and problems as for YAML text, without a YAML round trip, so a
+    backend holding thousands of objects in memory pays only for validation.
+    """
+    loader = _Loader()
+    for data in objects:
+        loader._load_object(data, file, 0)  # line 0: the source has no line numbers
     return loader.result
 
 

@@ -41,8 +41,14 @@ class JobAssembler:
     """Collects jobs from PodGroups first, then files every kai-scheduler pod into one."""
 
     def __init__(
-        self, queues: QueueIndex, priorities: Priorities, pods: PodContext, problems: list[ManifestProblem]
+        self,
+        queues: QueueIndex,
+        priorities: Priorities,
+        pods: PodContext,
+        problems: list[ManifestProblem],
+        scheduler_name: str = SCHEDULER_NAME,
     ) -> None:
+        self._scheduler_name = scheduler_name
         self._queues = queues
         self._priorities = priorities
         self._pods = pods
@@ -66,7 +72,7 @@ class JobAssembler:
     def add_pods(self, manifests: list[Manifest[Pod]]) -> None:
         """Only pods for KAI are scheduled; pods of other schedulers are left out entirely."""
         for manifest in manifests:
-            if manifest.obj.spec.scheduler_name != SCHEDULER_NAME:
+            if manifest.obj.spec.scheduler_name != self._scheduler_name:
                 continue
             try:
                 self._add_pod(manifest)

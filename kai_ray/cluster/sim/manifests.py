@@ -33,6 +33,7 @@ from kai_ray.api import (
     Queue,
     load_manifests,
 )
+from kai_ray.api.constants import SCHEDULER_NAME
 from kai_ray.cluster.sim._convert_common import convert_each, latest_time
 from kai_ray.cluster.sim._convert_jobs import JobAssembler
 from kai_ray.cluster.sim._convert_nodes import node_spec
@@ -49,16 +50,22 @@ def cluster_from_manifests(path: str | Path) -> tuple[ClusterState, list[Manifes
     return cluster_from_manifest_set(load_manifests(path))
 
 
-def cluster_from_manifest_set(loaded: ManifestSet) -> tuple[ClusterState, list[ManifestProblem]]:
-    """Convert already loaded manifests; the result's problems include the loader's."""
+def cluster_from_manifest_set(
+    loaded: ManifestSet, *, now: float | None = None, scheduler_name: str = SCHEDULER_NAME
+) -> tuple[ClusterState, list[ManifestProblem]]:
+    """Convert already loaded manifests; the result's problems include the loader's.
+
+    A live backend passes its wall clock as `now` (manifests alone only know
+    their latest timestamp) and its configured `scheduler_name`.
+    """
     problems = list(loaded.problems)
-    now = latest_time(loaded)
+    now = latest_time(loaded) if now is None else now
     queues, queue_index = convert_queues(loaded.of_type(Queue), problems)
     nodes = convert_each(loaded.of_type(Node), node_spec, problems)
     node_names = frozenset(node.name for node in nodes)
     pods = PodContext(now, node_names, _binding(loaded, node_names))
     assembler = JobAssembler(
-        queue_index, Priorities.from_manifests(loaded.of_type(PriorityClass)), pods, problems
+        queue_index, Priorities.from_manifests(loaded.of_type(PriorityClass)), pods, problems, scheduler_name
     )
     assembler.add_podgroups(loaded.of_type(PodGroup))
     assembler.add_pods(loaded.of_type(Pod))

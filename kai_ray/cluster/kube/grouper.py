@@ -1,0 +1,288 @@
+"""Give every plain kai-scheduler pod a PodGroup, as KAI's podgrouper does for a bare pod.
+
+The scheduler only schedules PodGroups, so a pod submitted on its own needs
+one before it can run. The PodGroup is the one KAI's default grouper makes
+when the pod is its own top owner (spec/integrations.md §1.4, §1.5, §5.5):
+`pg-<pod>-<uid>`, owned by the pod (garbage-collected with it), minMember 1,
+queue from the `kai.scheduler/queue` label (else `project`, else
+`default-queue`), priority class from the pod if that class exists (else
+`train`), labels and annotations copied from the pod. The pod is then
+annotated with `pod-group-name`.
+
+Scope: every pod without `pod-group-name` gets its own PodGroup, whatever
+owns it; pods whose author named a PodGroup join it, and
+`kai.scheduler/skip-podgrouper: "true"` opts a pod out. Owner-aware grouping
+(one PodGroup per batch Job, Ray cluster, ...) belongs to the workload
+adapters, which annotate pods before this ever sees them unannotated.
+
+Idempotent: an existing PodGroup (409, or already in the cache) is reused,
+and the pod annotation is a merge patch. Both results are written through
+to the cache so the next snapshot already shows the pod in its group.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kai_ray.api import parse_duration
+from kai_ray.api.constants import (
+    DEFAULT_QUEUE,
+    NODE_POOL_LABEL,
+    NON_PREEMPTIBLE,
+    POD_GROUP_NAME_ANNOTATION,
+    PREEMPTIBILITY_LABEL,
+    PREEMPTIBLE,
+    PREEMPTION_DELAY_ANNOTATION,
+    PRIORITY_CLASS_LABEL,
+    PRIORITY_TRAIN,
+    PROJECT_LABEL,
+    QUEUE_LABEL,
+    SKIP_PODGROUPER_ANNOTATION,
+    STALENESS_GRACE_PERIOD_ANNOTATION,
+    TOP_OWNER_METADATA_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
+    TOPOLOGY_PREFERRED_PLACEMENT_ANNOTATION,
+    TOPOLOGY_REQUIRED_PLACEMENT_ANNOTATION,
+    USER_LABEL,
+)
+from kai_ray.api.quantity import DurationError
+from kai_ray.cluster.kube.cache import RESOURCES, ClusterCache
+from kai_ray.cluster.kube.status import (
+    MERGE_PATCH,
+    EventWriter,
+    ObjectRef,
+    api_error_message,
+    run_bounded,
+)
+
+__all__ = ["GroupingResult", "ensure_pod_groups", "pod_group_for", "pod_group_name"]
+
+log = logging.getLogger(__name__)
+
+PODGROUPER_WARNING = "PodGrouperWarning"
+"""KAI's event reason when a pod cannot be grouped (spec/kubernetes-api.md §13.3)."""
+
+
+@dataclass
+class GroupingResult:
+    """What one `ensure_pod_groups` pass did, by "namespace/name"."""
+
+    created: list[str] = field(default_factory=list)
+    """PodGroups created."""
+    annotated: list[str] = field(default_factory=list)
+    """Pods given a `pod-group-name`."""
+    failed: list[str] = field(default_factory=list)
+    """Pods left ungrouped this time (an event says why when the API refused the PodGroup)."""
+
+
+def ensure_pod_groups(
+    api: Any, cache: ClusterCache, recorder: EventWriter | None = None, *, concurrency: int = 16
+) -> GroupingResult:
+    """Create the missing PodGroups and annotate their pods; safe to call every cycle.
+
+    Pods are handled independently with up to `concurrency` API calls in flight:
+    a burst of new pods costs two round trips each, not two in sequence per pod.
+    """
+    grouper = _Grouper(api, cache, recorder or EventWriter(api, component=cache.scheduler_name))
+    pods = [pod for pod in cache.objects("Pod") if _needs_group(pod)]
+    run_bounded([functools.partial(grouper.group, pod) for pod in pods], concurrency)
+    return grouper.result
+
+
+class _Grouper:
+    def __init__(self, api: Any, cache: ClusterCache, recorder: EventWriter) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.cache = cache
+        self.recorder = recorder
+        self.classes = {str(pc["metadata"]["name"]) for pc in cache.objects("PriorityClass")}
+        self.result = GroupingResult()  # list.append is atomic, so threads share it safely
+
+    def group(self, pod: dict[str, Any]) -> None:
+        """Never raises (`run_bounded`'s contract): a pod that fails is retried on the next pass."""
+        meta = pod["metadata"]
+        where = f"{meta['namespace']}/{meta['name']}"
+        try:
+            self._group(pod, where)
+        except Exception as error:  # connection loss and the like
+            log.warning("cannot group pod %s: %s", where, api_error_message(error))
+            self.result.failed.append(where)
+
+    def _group(self, pod: dict[str, Any], where: str) -> None:
+        meta = pod["metadata"]
+        name = pod_group_name(pod)
+        if self.cache.get("PodGroup", meta["namespace"], name) is None:
+            created = _create(self.custom, self.cache, self.recorder, pod, pod_group_for(pod, self.classes))
+            if created is None:
+                self.result.failed.append(where)
+                return
+            if created:
+                self.result.created.append(f"{meta['namespace']}/{name}")
+        if _annotate(self.core, self.cache, pod, name):
+            self.result.annotated.append(where)
+        else:
+            self.result.failed.append(where)
+
+
+def pod_group_name(pod: Mapping[str, Any]) -> str:
+    """`pg-<pod name>-<pod uid>`: KAI's name for the PodGroup of a pod that is its own top owner."""
+    meta = pod["metadata"]
+    return f"pg-{meta['name']}-{meta['uid']}"
+
+
+def pod_group_for(pod: Mapping[str, Any], priority_classes: set[str]) -> dict[str, Any]:
+    """The PodGroup KAI's default grouper derives from a bare pod (integrations.md §1.4)."""
+    meta = pod["metadata"]
+    labels: dict[str, str] = dict(meta.get("labels") or {})
+    annotations: dict[str, str] = dict(meta.get("annotations") or {})
+    spec: dict[str, Any] = {
+        "minMember": 1,
+        "queue": _queue(labels),
+        "priorityClassName": _priority_class(pod, priority_classes),
+        "topologyConstraint": _topology(annotations),
+    }
+    if labels.get(PREEMPTIBILITY_LABEL) in (PREEMPTIBLE, NON_PREEMPTIBLE):
+        spec["preemptibility"] = labels[PREEMPTIBILITY_LABEL]
+    delay = _duration(annotations, PREEMPTION_DELAY_ANNOTATION)
+    if delay is not None and parse_duration(delay) >= 0:
+        spec["preemptionDelay"] = delay
+    grace = _duration(annotations, STALENESS_GRACE_PERIOD_ANNOTATION)
+    if grace is not None:
+        spec["stalenessGracePeriod"] = grace
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+    top_owner = {"name": meta["name"], "uid": meta["uid"], "group": "", "version": "v1", "kind": "Pod"}
+    group_annotations = {TOP_OWNER_METADATA_ANNOTATION: yaml.safe_dump(top_owner, sort_keys=False)}
+    if USER_LABEL in annotations:
+        group_annotations[USER_LABEL] = annotations[USER_LABEL]
+    group_annotations.update(annotations)  # the top owner's annotations win on a clash
+    resource = RESOURCES["PodGroup"]
+    return {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": {
+            "name": pod_group_name(pod),
+            "namespace": meta["namespace"],
+            "labels": labels,
+            "annotations": group_annotations,
+            "ownerReferences": [owner],
+        },
+        "spec": spec,
+    }
+
+
+def _needs_group(pod: Mapping[str, Any]) -> bool:
+    """Unannotated, not opted out, and still wanting to run (terminating or finished pods do not)."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    return (
+        POD_GROUP_NAME_ANNOTATION not in annotations
+        and annotations.get(SKIP_PODGROUPER_ANNOTATION) != "true"
+        and meta.get("deletionTimestamp") is None
+        and phase not in ("Succeeded", "Failed")
+    )
+
+
+def _queue(labels: Mapping[str, str]) -> str:
+    """Queue label, else `project` (suffixed with the pod's node pool when it has one), else the default."""
+    if labels.get(QUEUE_LABEL):
+        return labels[QUEUE_LABEL]
+    project = labels.get(PROJECT_LABEL)
+    if project:
+        pool = labels.get(NODE_POOL_LABEL)
+        return f"{project}-{pool}" if pool else project
+    return DEFAULT_QUEUE
+
+
+def _priority_class(pod: Mapping[str, Any], existing: set[str]) -> str:
+    """The pod's one candidate class (label first, then spec) if it exists, else `train` (unchecked)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    candidate = labels.get(PRIORITY_CLASS_LABEL) or (pod.get("spec") or {}).get("priorityClassName")
+    return str(candidate) if candidate in existing else PRIORITY_TRAIN
+
+
+def _topology(annotations: Mapping[str, str]) -> dict[str, str]:
+    keys = {
+        "topology": TOPOLOGY_ANNOTATION,
+        "requiredTopologyLevel": TOPOLOGY_REQUIRED_PLACEMENT_ANNOTATION,
+        "preferredTopologyLevel": TOPOLOGY_PREFERRED_PLACEMENT_ANNOTATION,
+    }
+    return {field_: annotations[key] for field_, key in keys.items() if annotations.get(key)}
+
+
+def _duration(annotations: Mapping[str, str], key: str) -> str | None:
+    """A valid Go duration from an annotation; invalid values are ignored as KAI's grouper does."""
+    value = annotations.get(key)
+    if value is None:
+        return None
+    try:
+        parse_duration(value)
+    except DurationError:
+        return None
+    return value
+
+
+def _create(
+    custom: Any, cache: ClusterCache, recorder: EventWriter, pod: dict[str, Any], body: dict[str, Any]
+) -> bool | None:
+    """True if created, False if it already existed, None if the API refused (event on the pod)."""
+    resource = RESOURCES["PodGroup"]
+    namespace = body["metadata"]["namespace"]
+    try:
+        created = custom.create_namespaced_custom_object(
+            resource.group, resource.version, namespace, resource.plural, body
+        )
+    except ApiException as error:
+        if error.status == 409:
+            return False
+        if error.status is not None and 400 <= error.status < 500:  # e.g. a name too long: tell the user
+            _warn(
+                recorder,
+                pod,
+                f"cannot create PodGroup {body['metadata']['name']}: {api_error_message(error)}",
+            )
+        else:
+            log.warning("cannot create PodGroup %s/%s: %s", namespace, body["metadata"]["name"], error)
+        return None
+    cache.observe("PodGroup", created)
+    return True
+
+
+def _annotate(core: Any, cache: ClusterCache, pod: dict[str, Any], group: str) -> bool:
+    meta = pod["metadata"]
+    # The uid makes the patch fail (422) rather than annotate a new pod that reuses the name.
+    patch = {"metadata": {"uid": meta["uid"], "annotations": {POD_GROUP_NAME_ANNOTATION: group}}}
+    try:
+        response = core.patch_namespaced_pod(
+            meta["name"], meta["namespace"], patch, _content_type=MERGE_PATCH, _preload_content=False
+        )
+    except ApiException as error:
+        if error.status not in (404, 409, 422):  # the pod is gone or replaced: it needs no group
+            log.warning("cannot annotate pod %s/%s: %s", meta["namespace"], meta["name"], error)
+        return False
+    cache.observe("Pod", _json(response))
+    return True
+
+
+def _json(response: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(response.data)
+    return data
+
+
+def _warn(recorder: EventWriter, pod: Mapping[str, Any], message: str) -> None:
+    """KAI's `PodGrouperWarning` on the pod, once per distinct message."""
+    meta = pod["metadata"]
+    ref = ObjectRef.pod(meta["namespace"], meta["name"], meta["uid"])
+    try:
+        recorder.record(ref, "Warning", PODGROUPER_WARNING, message, dedupe=True)
+    except Exception as error:  # the pod stays ungrouped and is retried next pass anyway
+        log.warning("cannot record event on %s: %s", ref, api_error_message(error))
