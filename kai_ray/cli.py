@@ -144,7 +144,7 @@ def bench(
         f"{result.pods_per_second:.0f}",
         f"{result.peak_rss_mb:.0f}",
     )
-    Console().print(table)
+    Console(width=160).print(table)
     if json_file is not None:
         json_file.write_text(json.dumps(result.as_json(), indent=2) + "\n")
 

@@ -31,10 +31,11 @@ def open_session(snapshot: Snapshot, config: SchedulerConfig, executor: Executor
 
 
 def run_actions(session: Session) -> Plan:
-    initial = {task.uid: task.status for job in session.jobs for task in job.tasks}
+    initial = {task.uid: (task.status, task.node) for job in session.jobs for task in job.tasks}
     for name in session.config.actions:
         action = ACTIONS.get(name)
         if action is not None:
+            session.current_action = name
             action(session)
     return build_plan(session, initial, session.eviction_reasons)
 

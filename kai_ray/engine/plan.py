@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from kai_ray.engine.jobs import Task
 from kai_ray.engine.session import Session
-from kai_ray.model.objects import OCCUPYING, TaskStatus
+from kai_ray.model.objects import ACTIVE_ALLOCATED, OCCUPYING, TaskStatus
 from kai_ray.model.snapshot import Problem
 
 
@@ -61,23 +61,30 @@ def task_state(session: Session, task: Task) -> TaskState:
     )
 
 
-def build_plan(session: Session, initial: dict[int, TaskStatus], eviction_reasons: dict[int, str]) -> Plan:
+def build_plan(
+    session: Session, initial: dict[int, tuple[TaskStatus, int | None]], eviction_reasons: dict[int, str]
+) -> Plan:
     plan = Plan(problems=list(session.snapshot.problems))
     for job in session.jobs:
         for task in job.tasks:
             state = task_state(session, task)
             plan.tasks[(job.key, task.name)] = state
-            if task.status == initial[task.uid]:
+            before, before_node = initial[task.uid]
+            if task.status == before:
                 continue
             if task.status == TaskStatus.ALLOCATED and state.node is not None:
                 plan.binds.append(Bind(job.key, task.name, state.node, task.groups, state.accepted_gpus))
             elif task.status == TaskStatus.PIPELINED and state.node is not None:
                 plan.pipelined.append(Bind(job.key, task.name, state.node, task.groups, state.accepted_gpus))
+                if before in ACTIVE_ALLOCATED and before_node is not None:
+                    moved_from = session.nodes.table.names[before_node]
+                    reason = eviction_reasons.get(task.uid, "moved")
+                    plan.evictions.append(Eviction(job.key, task.name, moved_from, reason))
             elif task.status == TaskStatus.RELEASING:
                 reason = eviction_reasons.get(task.uid, "evicted")
                 plan.evictions.append(Eviction(job.key, task.name, state.node, reason))
         if job.pending_tasks():
-            plan.pending_reasons[job.key] = session.job_reasons.get(job.key, _default_reason(job))
+            plan.pending_reasons[job.key] = session.job_reason(job) or _default_reason(job)
     for problem in session.snapshot.problems:
         if problem.kind == "PodGroup":
             plan.pending_reasons.setdefault(

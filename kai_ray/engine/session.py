@@ -43,7 +43,8 @@ class Session:
         self._all_rows = np.arange(len(snapshot.nodes))
         self.queues = QueueBook(snapshot)
         self.jobs: list[Job] = []
-        self.job_reasons: dict[str, str] = {}
+        self._reasons: dict[str, dict[str, str]] = {}
+        self.current_action = ""
         self.eviction_reasons: dict[int, str] = {}
         self.stale_since: dict[str, float] = {}
         self.committed: list[Operation] = []
@@ -226,9 +227,18 @@ class Session:
         return self.has_plugin("predicates")
 
     def note_reason(self, job: Job, reason: str) -> None:
-        """The first real reason a job could not be placed; what-if simulations keep quiet."""
+        """The first reason each action had for not placing a job; what-if simulations keep quiet."""
         if not self.simulating:
-            self.job_reasons.setdefault(job.key, reason)
+            self._reasons.setdefault(job.key, {}).setdefault(self.current_action, reason)
+
+    def job_reason(self, job: Job) -> str | None:
+        """Why the job still waits, action by action ("allocate: ...; reclaim: ...")."""
+        by_action = self._reasons.get(job.key)
+        if not by_action:
+            return None
+        if len(by_action) == 1:
+            return next(iter(by_action.values()))
+        return "; ".join(f"{action}: {reason}" for action, reason in by_action.items())
 
     @contextlib.contextmanager
     def what_if(self) -> Iterator[None]:

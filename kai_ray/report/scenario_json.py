@@ -23,9 +23,14 @@ def _task(state: TaskState) -> dict[str, Any]:
     }
 
 
+def _job_name(key: str) -> str:
+    """FORMAT.md keys tasks by job name alone (scenario job names are unique), not namespace/name."""
+    return key.rpartition("/")[2]
+
+
 def _view(view: ClusterView) -> dict[str, Any]:
     return {
-        "tasks": {f"{job}/{task}": _task(state) for (job, task), state in view.tasks.items()},
+        "tasks": {f"{_job_name(job)}/{task}": _task(state) for (job, task), state in view.tasks.items()},
         "nodes": {
             name: {"idleGpus": round(gpus.idle, DIGITS), "releasingGpus": round(gpus.releasing, DIGITS)}
             for name, gpus in view.nodes.items()

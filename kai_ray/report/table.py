@@ -100,14 +100,16 @@ def jobs_table(result: CycleResult) -> Table:
     return table
 
 
-def evictions_table(result: CycleResult) -> Table | None:
-    if not result.plan.evictions:
+def evictions_table(results: list[CycleResult]) -> Table | None:
+    """Every eviction of the run, with the cycle it happened in."""
+    rows = [(index, e) for index, result in enumerate(results, start=1) for e in result.plan.evictions]
+    if not rows:
         return None
     table = Table(title="Evictions", title_justify="left")
-    for column in ("job", "pod", "node", "reason"):
+    for column in ("cycle", "job", "pod", "node", "reason"):
         table.add_column(column)
-    for eviction in result.plan.evictions:
-        table.add_row(eviction.job, eviction.task, eviction.node or "", eviction.reason)
+    for cycle, eviction in rows:
+        table.add_row(str(cycle), eviction.job, eviction.task, eviction.node or "", eviction.reason)
     return table
 
 
@@ -127,7 +129,7 @@ def summary(results: list[CycleResult]) -> Text:
 def render_table(results: list[CycleResult], console: Console) -> None:
     last = results[-1]
     parts: list[Table | Text] = [summary(results), queues_table(last.session), jobs_table(last)]
-    evictions = evictions_table(last)
+    evictions = evictions_table(results)
     if evictions is not None:
         parts.append(evictions)
     for problem in last.plan.problems:

@@ -94,3 +94,13 @@ def test_malformed_scenario_exits_2(tmp_path: Path) -> None:
     code, _, err = run("simulate", str(broken))
     assert code == 2
     assert "malformed scenario" in err
+
+
+def test_scenario_with_a_long_header_and_namespaced_jobs_keys_tasks_by_job_name(tmp_path: Path) -> None:
+    source = GANG_SCENARIO.read_text().replace("namespace: ''", "namespace: demo")
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("# " + "x" * 400 + "\n" + source)
+    code, out, _ = run("simulate", str(scenario), "--output", "json")
+    assert code == 0
+    keys = set(json.loads(out)["tasks"])
+    assert keys and all(key.count("/") == 1 for key in keys)

@@ -8,7 +8,7 @@ same request here as there.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kai_ray.api import Manifest, Pod, parse_quantity
 from kai_ray.api.constants import (
@@ -44,6 +44,8 @@ class PodContext:
     nodes: frozenset[str]
     binding: dict[tuple[str, str], str]
     """(namespace, pod name) → selected node, for BindRequests that have not failed."""
+    gpu_groups: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    """(namespace, pod name) → shared GPU groups a BindRequest selected."""
 
 
 @dataclass(frozen=True)
@@ -58,10 +60,12 @@ def task_from_pod(manifest: Manifest[Pod], context: PodContext) -> TaskSpec:
     requests = pod_requests(pod.spec)
     gpu = gpu_request(pod.metadata.annotations, requests.get(RESOURCE_GPU, 0.0))
     status, node = task_status(pod, context)
+    shared = gpu.memory_mib > 0 or 0 < gpu.gpu < 1
     return TaskSpec(
         name=pod.metadata.name,
         status=status,
         node=node,
+        gpu_groups=gpu_groups(pod, context, gpu.devices) if shared and node is not None else (),
         cpu_millis=requests.get(RESOURCE_CPU, 0.0) * 1000,
         memory=requests.get(RESOURCE_MEMORY, 0.0),
         gpu=gpu.gpu,
@@ -75,6 +79,29 @@ def task_from_pod(manifest: Manifest[Pod], context: PodContext) -> TaskSpec:
         labels=dict(pod.metadata.labels),
         created=created(manifest),
     )
+
+
+GPU_GROUP_LABEL = "runai-gpu-group"
+
+
+def gpu_groups(pod: Pod, context: PodContext, devices: int) -> tuple[str, ...]:
+    """The shared GPUs a placed fractional pod holds, so it occupies them in the snapshot.
+
+    The binder labels the pod (`runai-gpu-group`, or one `runai-gpu-group/<g>` per
+    device); before that, its BindRequest names them. A placed pod with neither
+    (bound by someone else) still holds devices: it gets groups of its own.
+    """
+    labels = pod.metadata.labels
+    if GPU_GROUP_LABEL in labels:
+        return (labels[GPU_GROUP_LABEL],)
+    per_device = sorted(value for key, value in labels.items() if key.startswith(GPU_GROUP_LABEL + "/"))
+    if per_device:
+        return tuple(per_device)
+    selected = context.gpu_groups.get((pod.metadata.namespace or "", pod.metadata.name))
+    if selected:
+        return selected
+    owner = pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}"
+    return tuple(f"{owner}-{index}" for index in range(devices))
 
 
 def pod_requests(spec: PodSpec) -> Resources:

@@ -63,13 +63,21 @@ def cluster_from_manifest_set(
     queues, queue_index = convert_queues(loaded.of_type(Queue), problems)
     nodes = convert_each(loaded.of_type(Node), node_spec, problems)
     node_names = frozenset(node.name for node in nodes)
-    pods = PodContext(now, node_names, _binding(loaded, node_names))
+    pods = PodContext(now, node_names, _binding(loaded, node_names), _selected_groups(loaded))
     assembler = JobAssembler(
         queue_index, Priorities.from_manifests(loaded.of_type(PriorityClass)), pods, problems, scheduler_name
     )
     assembler.add_podgroups(loaded.of_type(PodGroup))
     assembler.add_pods(loaded.of_type(Pod))
     return ClusterState(nodes=nodes, queues=queues, jobs=assembler.jobs, now=now), problems
+
+
+def _selected_groups(loaded: ManifestSet) -> dict[tuple[str, str], tuple[str, ...]]:
+    return {
+        (m.obj.metadata.namespace or "", m.obj.spec.pod_name): tuple(m.obj.spec.selected_gpu_groups)
+        for m in loaded.of_type(BindRequest)
+        if not m.obj.failed and m.obj.spec.selected_gpu_groups
+    }
 
 
 def _binding(loaded: ManifestSet, nodes: frozenset[str]) -> dict[tuple[str, str], str]:

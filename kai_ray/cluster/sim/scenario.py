@@ -7,6 +7,7 @@ converts units and names: queue memory from megabytes to bytes, minutes and
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,10 +64,10 @@ def load_scenario(path: Path) -> Scenario:
 
 
 def is_scenario_file(path: Path) -> bool:
+    """A scenario has a top-level `schemaVersion` key; Kubernetes manifests never do."""
     if path.suffix not in (".yaml", ".yml") or not path.is_file():
         return False
-    head = path.read_text()[:200]
-    return "schemaVersion:" in head
+    return re.search(r"^schemaVersion:", path.read_text(), flags=re.MULTILINE) is not None
 
 
 def _scenario(raw: dict[str, Any]) -> Scenario:
