@@ -145,6 +145,9 @@ def bench(
         f"{result.peak_rss_mb:.0f}",
     )
     Console(width=160).print(table)
+    if result.sharding is not None:
+        split = ", ".join(f"{key} {value:.3f}" for key, value in result.sharding.items())
+        typer.echo(f"sharded batches (medians): {split}")
     if json_file is not None:
         json_file.write_text(json.dumps(result.as_json(), indent=2) + "\n")
 

@@ -24,6 +24,8 @@ class BenchResult:
     pods_per_second: float
     evictions: int
     peak_rss_mb: float
+    sharding: dict[str, float] | None = None
+    """With the Ray executor: median seconds per batch spent in shards, merging and moving data."""
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -59,4 +61,20 @@ def run_shape(name: str, repeat: int = 3, executor: Executor | None = None, shar
         pods_per_second=placed / median if median else 0.0,
         evictions=evicted,
         peak_rss_mb=peak_mb,
+        sharding=_sharding(executor),
     )
+
+
+def _sharding(executor: Executor | None) -> dict[str, float] | None:
+    """How a sharded executor's batches split their time (duck-typed: only Ray's records timings)."""
+    timings = getattr(executor, "timings", None)
+    if not timings:
+        return None
+    return {
+        "batches": float(len(timings)),
+        "shard_compute_s": statistics.median(max(t.shard_seconds, default=0.0) for t in timings),
+        "merge_s": statistics.median(t.merge_seconds for t in timings),
+        "transfer_s": statistics.median(t.transfer_seconds for t in timings),
+        "total_s": statistics.median(t.total_seconds for t in timings),
+        "fallbacks": float(getattr(executor, "fallbacks", 0)),
+    }

@@ -16,6 +16,7 @@ ranks in-process instead, and says so in the log.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,13 +79,16 @@ class NodeShard:
 
     def rank(
         self, delta: ShardDelta, ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
-    ) -> list[RankedRows]:
+    ) -> tuple[list[RankedRows], float]:
+        """The shape answers and the seconds this shard spent computing them."""
+        started = time.perf_counter()
         self.apply(delta)
         assert self.nodes is not None
-        return [
+        answers = [
             kernels.rank_rows(ranking, shape, self.nodes, count)
             for shape, count in zip(shapes, copies, strict=True)
         ]
+        return answers, time.perf_counter() - started
 
     def ping(self) -> bool:
         return True
@@ -107,13 +111,18 @@ class Coordinator:
 
     def rank(
         self, deltas: list[ShardDelta], ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
-    ) -> list[RankedRows]:
+    ) -> tuple[list[RankedRows], BatchTiming]:
         calls = [
             shard.rank.remote(delta, ranking, shapes, copies)
             for shard, delta in zip(self.shards, deltas, strict=True)
         ]
-        per_shard: list[list[RankedRows]] = ray.get(calls)
-        return [merge([answers[i] for answers in per_shard]) for i in range(len(shapes))]
+        replies: list[tuple[list[RankedRows], float]] = ray.get(calls)
+        started = time.perf_counter()
+        merged = [merge([answers[i] for answers, _ in replies]) for i in range(len(shapes))]
+        timing = BatchTiming(
+            shard_seconds=[seconds for _, seconds in replies], merge_seconds=time.perf_counter() - started
+        )
+        return merged, timing
 
     def replace_dead_shards(self) -> list[int]:
         """Recreate shards that no longer answer; their indexes need a fresh seed."""
@@ -136,6 +145,22 @@ RemoteCoordinator = ray.remote(Coordinator)
 
 
 @dataclass
+class BatchTiming:
+    """Where one batch's time went: each shard's compute, the merge, and (engine side) the total.
+
+    The rest of the total is moving deltas and answers between processes.
+    """
+
+    shard_seconds: list[float] = field(default_factory=list)
+    merge_seconds: float = 0.0
+    total_seconds: float = 0.0
+
+    @property
+    def transfer_seconds(self) -> float:
+        return max(0.0, self.total_seconds - max(self.shard_seconds, default=0.0) - self.merge_seconds)
+
+
+@dataclass
 class _Sent:
     """What a shard was last sent, to compute the next delta."""
 
@@ -155,6 +180,7 @@ class RayExecutor:
         self.coordinator: Any = RemoteCoordinator.remote(shards)
         self._sent = [_Sent() for _ in range(shards)]
         self.fallbacks = 0
+        self.timings: list[BatchTiming] = []
         self.rows_sent: list[int] = []
         """Rows sent to each shard in the last batch: only what changed since the one before."""
 
@@ -169,14 +195,18 @@ class RayExecutor:
         parts = np.array_split(np.arange(len(nodes.rows)), self.shards)
         deltas = [self._delta(index, nodes, positions) for index, positions in enumerate(parts)]
         self.rows_sent = [len(delta.nodes.rows) for delta in deltas]
+        started = time.perf_counter()
         try:
-            answers: list[RankedRows] = ray.get(
+            reply: tuple[list[RankedRows], BatchTiming] = ray.get(
                 self.coordinator.rank.remote(deltas, ranking, shapes, copies),
                 timeout=RAY_CALL_TIMEOUT_SECONDS,
             )
         except ray.exceptions.RayError as error:
             self._recover(error)
             return None
+        answers, timing = reply
+        timing.total_seconds = time.perf_counter() - started
+        self.timings.append(timing)
         for index, positions in enumerate(parts):
             self._remember(index, nodes, positions)
         return answers
