@@ -139,6 +139,10 @@ class Coordinator:
         """For fault tests: end one shard as a crash would."""
         ray.kill(self.shards[index])
 
+    def close(self) -> None:
+        for shard in self.shards:
+            ray.kill(shard)
+
 
 RemoteShard = ray.remote(NodeShard)
 RemoteCoordinator = ray.remote(Coordinator)
@@ -249,3 +253,11 @@ class RayExecutor:
 
     def kill_shard(self, index: int) -> None:
         ray.get(self.coordinator.kill_shard.remote(index), timeout=RAY_CALL_TIMEOUT_SECONDS)
+
+    def close(self) -> None:
+        """End the coordinator and its shards (their worker processes), e.g. when a test is done."""
+        try:
+            ray.get(self.coordinator.close.remote(), timeout=RAY_CALL_TIMEOUT_SECONDS)
+        except ray.exceptions.RayError:
+            pass
+        ray.kill(self.coordinator)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,28 @@ SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance
 ALL_ACTIONS = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
 
 
+@pytest.fixture
+def sharded() -> Iterator[Callable[[int], RayExecutor]]:
+    """Makes Ray executors for one test and ends their actors afterwards."""
+    made: list[RayExecutor] = []
+
+    def make(shards: int) -> RayExecutor:
+        made.append(RayExecutor(shards))
+        return made[-1]
+
+    yield make
+    for executor in made:
+        executor.close()
+
+
 def facts(plan: Plan) -> tuple[object, ...]:
     return (plan.binds, plan.pipelined, plan.evictions, plan.pending_reasons)
 
 
-def test_the_public_corpus_prints_the_same_json_with_three_shards() -> None:
-    executor = RayExecutor(3)
+def test_the_public_corpus_prints_the_same_json_with_three_shards(
+    sharded: Callable[[int], RayExecutor],
+) -> None:
+    executor = sharded(3)
     differing = []
     for path in sorted(SCENARIOS.rglob("*.yaml")):
         sharded, local = load_scenario(path), load_scenario(path)
@@ -70,18 +87,20 @@ def many_nodes() -> ClusterState:
 
 
 @pytest.mark.parametrize("shards", [1, 2, 3, 4])
-def test_plans_match_in_process_ranking_for_any_shard_count(shards: int) -> None:
+def test_plans_match_in_process_ranking_for_any_shard_count(
+    shards: int, sharded: Callable[[int], RayExecutor]
+) -> None:
     state = many_nodes()
     local = schedule(compile_snapshot(copy.deepcopy(state)), config(actions=ALL_ACTIONS))
-    sharded = schedule(
-        compile_snapshot(copy.deepcopy(state)), config(actions=ALL_ACTIONS), RayExecutor(shards)
-    )
+    sharded = schedule(compile_snapshot(copy.deepcopy(state)), config(actions=ALL_ACTIONS), sharded(shards))
     assert facts(sharded) == facts(local)
     assert local.binds
 
 
-def test_shards_receive_only_changed_rows_after_the_first_batch() -> None:
-    executor = RayExecutor(2)
+def test_shards_receive_only_changed_rows_after_the_first_batch(
+    sharded: Callable[[int], RayExecutor],
+) -> None:
+    executor = sharded(2)
     simulated = SimulatedCluster(many_nodes(), config(), executor)
     first = simulated.run_cycle()
     assert executor.rows_sent == [6, 6]
@@ -92,8 +111,10 @@ def test_shards_receive_only_changed_rows_after_the_first_batch() -> None:
     assert 0 < sum(executor.rows_sent) == len(touched) < 12
 
 
-def test_a_dead_shard_costs_one_cycle_in_process_then_is_reseeded() -> None:
-    executor = RayExecutor(2)
+def test_a_dead_shard_costs_one_cycle_in_process_then_is_reseeded(
+    sharded: Callable[[int], RayExecutor],
+) -> None:
+    executor = sharded(2)
     expected = schedule(compile_snapshot(many_nodes()), config())
     assert facts(schedule(compile_snapshot(many_nodes()), config(), executor)) == facts(expected)
     executor.kill_shard(1)
@@ -105,9 +126,12 @@ def test_a_dead_shard_costs_one_cycle_in_process_then_is_reseeded() -> None:
 
 
 @pytest.fixture(scope="module")
-def executors() -> dict[int, RayExecutor]:
+def executors() -> Iterator[dict[int, RayExecutor]]:
     """One executor per shard count, reused across examples so shards keep state between them."""
-    return {shards: RayExecutor(shards) for shards in (1, 2, 3, 4)}
+    made = {shards: RayExecutor(shards) for shards in (1, 2, 3, 4)}
+    yield made
+    for executor in made.values():
+        executor.close()
 
 
 @settings(
@@ -147,5 +171,6 @@ def test_cli_bench_reports_the_ray_executor_and_shards() -> None:
         app, ["bench", "--shape", "fill-4x20", "--repeat", "2", "--executor", "ray", "--shards", "2"]
     )
     assert result.exit_code == 0
-    row = next(line for line in result.stdout.splitlines() if "ray" in line)
+    row = next(line for line in result.stdout.splitlines() if line.startswith("│") and " ray " in line)
     assert "20" in row
+    assert "sharded batches" in result.stdout
