@@ -15,6 +15,7 @@ ranks in-process instead, and says so in the log.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -256,8 +257,6 @@ class RayExecutor:
 
     def close(self) -> None:
         """End the coordinator and its shards (their worker processes), e.g. when a test is done."""
-        try:
+        with contextlib.suppress(ray.exceptions.RayError):
             ray.get(self.coordinator.close.remote(), timeout=RAY_CALL_TIMEOUT_SECONDS)
-        except ray.exceptions.RayError:
-            pass
         ray.kill(self.coordinator)
