@@ -100,7 +100,7 @@ def simulate(
 
 @app.command()
 def bench(
-    shape: Annotated[str, typer.Option("--shape", help="Shape name, e.g. fill-500x4000.")],
+    shape: Annotated[str | None, typer.Option("--shape", help="Shape name, e.g. fill-500x4000.")] = None,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Cycles to time.")] = 3,
     json_file: Annotated[Path | None, typer.Option("--json", help="Also write the result here.")] = None,
     emit_scenario: Annotated[
@@ -110,8 +110,37 @@ def bench(
     executor: ExecutorOption = ExecutorName.LOCAL,
     shards: ShardsOption = 2,
     ray_address: RayAddressOption = None,
+    kube: Annotated[
+        bool,
+        typer.Option(
+            "--kube", help="End to end on a dev cluster (API server, etcd, kwok) instead of a shape."
+        ),
+    ] = False,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="With --kube: 8-GPU nodes.")] = 500,
+    pods: Annotated[int, typer.Option("--pods", min=1, help="With --kube: one-GPU pods.")] = 4000,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="With --kube: give up after this many seconds.")
+    ] = 600.0,
 ) -> None:
-    """Time scheduling cycles on a generated cluster shape."""
+    """Time scheduling cycles on a generated cluster shape, or end to end with --kube."""
+    if kube:
+        from kai_ray.bench import kube as kube_bench
+        from kai_ray.cluster.kube.devcluster import DevClusterError
+
+        try:
+            kube_result = kube_bench.run_kube_bench(
+                nodes, pods, timeout=timeout, progress=lambda line: typer.echo(line, err=True)
+            )
+        except (ValueError, DevClusterError) as exc:
+            _fail([str(exc)])
+        kube_bench.render(kube_result, Console(width=160))
+        if json_file is not None:
+            json_file.write_text(json.dumps(kube_result.as_json(), indent=2) + "\n")
+        if kube_result.bound < kube_result.pods:
+            raise typer.Exit(code=1)
+        return
+    if shape is None:
+        _fail(["give --shape NAME, or --kube"])
     try:
         if emit_scenario is not None:
             write_scenario(build_shape(shape), emit_scenario)

@@ -139,8 +139,11 @@ def reclaim(
     return outcomes
 
 
-def check_evictions(kube_api: Any, zone: str, before: dict[str, str], victims: int) -> set[str]:
+def check_evictions(
+    kube_api: Any, scheduler: KubeScheduler, zone: str, before: dict[str, str], victims: int
+) -> set[str]:
     """`victims` of A's pods are gone, each with an Evict Event naming reclaim; the rest untouched."""
+    assert scheduler.events.flush(timeout=30), "the scheduler's Events were never written"
     now = pods_by_name(kube_api, zone)
     gone = {name for name in before if name.startswith("a-") and name not in now}
     assert len(gone) == victims, f"expected {victims} A pods evicted, {sorted(gone)} were"
@@ -172,7 +175,7 @@ def test_a_pending_pod_of_an_under_quota_queue_reclaims_one_gpu(kube_api: Any, z
         core.create_namespaced_pod(zone, pod("b-0", f"{zone}-b", zone, 1))
         outcomes = reclaim(kube_api, scheduler, zone, ["b-0"])
 
-        gone = check_evictions(kube_api, zone, before, victims=1)
+        gone = check_evictions(kube_api, scheduler, zone, before, victims=1)
         (victim,) = gone
         evicting = [i for i, o in enumerate(outcomes) if o.plan.evictions]
         binding = [i for i, o in enumerate(outcomes) if any(b.task == "b-0" for b in o.plan.binds)]
@@ -210,7 +213,7 @@ def test_a_gang_of_an_under_quota_queue_reclaims_room_for_all_its_pods(kube_api:
             core.create_namespaced_pod(zone, pod(name, f"{zone}-b", zone, 2, group="b-gang"))
         outcomes = reclaim(kube_api, scheduler, zone, reclaimers)
 
-        gone = check_evictions(kube_api, zone, before, victims=4)
+        gone = check_evictions(kube_api, scheduler, zone, before, victims=4)
         first_eviction = next(i for i, o in enumerate(outcomes) if o.plan.evictions)
         bound_in = {b.task: i for i, o in enumerate(outcomes) for b in o.plan.binds if b.task in reclaimers}
         assert set(bound_in) == set(reclaimers)

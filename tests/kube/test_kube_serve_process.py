@@ -317,12 +317,18 @@ def test_sigkill_mid_way_and_restart_never_binds_a_pod_twice(
     assert first.proc.returncode == -signal.SIGKILL
     nodes_at_kill, requests_at_kill = history.snapshot()
     bound_at_kill = {name for name, seen in nodes_at_kill.items() if seen}
-    assert len(bound_at_kill) < len(names), "everything was bound before the kill: not mid-way"
+    if kill_at == "first BindRequest":
+        # The cycle creates its BindRequests before its binder pass starts, so this kill
+        # always lands between "decided" and "bound".  (At the first bound pod, a loaded
+        # machine may let the binder finish every pod before the kill arrives; that run
+        # still checks the restart, just not a half-done pass.)
+        assert len(bound_at_kill) < len(names), "everything was bound before the kill: not mid-way"
 
     # Same identity: the restarted replica renews its own lease instead of waiting it out.
     second = serves("replica", zone)
     wait_for(all_running(kube_api, zone, names), 60, f"every pod Running\n{second.tail()}", step=0.2)
-    assert second.cycles() >= 1
+    # Whatever the first replica finished, the second must have looked at all of it.
+    wait_for(lambda: second.cycles() >= 2, 60, f"two cycles of the restarted replica\n{second.tail()}")
 
     nodes, requests = history.snapshot()
     for name in names:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -146,6 +146,10 @@ class Binder:
     window can still receive a pod, as with any scheduler whose cache lags.
     ``record_events`` / ``set_pod_condition`` write KAI's ``Bound`` Event and ``PodBound``
     condition (one API call each per pod; benchmarks may turn them off).
+    ``lookup(kind, namespace, name)`` returns a Pod or Node as an informer cache last saw it
+    (wire form; namespace "" for nodes) or None, like `ClusterCache.get`.  With it, a pod the
+    cache shows bindable is bound without reading it first, under a resourceVersion
+    precondition (see `_bind_as_cached`), and a node the cache holds is not read either.
     """
 
     def __init__(
@@ -158,6 +162,7 @@ class Binder:
         set_pod_condition: bool = True,
         node_cache_seconds: float = 10.0,
         recorder: EventWriter | None = None,
+        lookup: Callable[[str, str, str], Mapping[str, Any] | None] | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = CustomObjects(api)
@@ -167,6 +172,7 @@ class Binder:
         self.set_pod_condition = set_pod_condition
         self.node_cache_seconds = node_cache_seconds
         self.recorder = recorder or EventWriter(api, component=BINDER_COMPONENT)
+        self.lookup = lookup
         self._nodes: dict[str, float] = {}
         self._in_flight: set[tuple[str, str]] = set()
         self._done: dict[tuple[str, str], str] = {}
@@ -297,12 +303,6 @@ class Binder:
             ),
             "",
         )
-        pod = self._read_pod(namespace, pod_name)
-        uid = (pod.metadata.uid if pod.metadata else None) or ""
-        settled = _judge(pod, namespace, pod_name, node, owner_uid)
-        if settled is not None:
-            return settled, "", uid
-        self._check_node(node)
         spec = obj.get("spec") or {}
         resource_type = str(spec.get("receivedResourceType") or "")
         added_labels: list[str] = []
@@ -318,6 +318,16 @@ class Binder:
             # Only the shared types are read back (podgroup-controller, the scheduler's GPU
             # groups); KAI also stamps "Regular", which would cost a write per pod for nothing.
             metadata["annotations"] = {RECEIVED_RESOURCE_TYPE_ANNOTATION: resource_type}
+        if not metadata:
+            fast = self._bind_as_cached(namespace, pod_name, node, owner_uid)
+            if fast is not None:
+                return "Succeeded", "", fast
+        pod = self._read_pod(namespace, pod_name)
+        uid = (pod.metadata.uid if pod.metadata else None) or ""
+        settled = _judge(pod, namespace, pod_name, node, owner_uid)
+        if settled is not None:
+            return settled, "", uid
+        self._check_node(node)
         try:
             if metadata:
                 self._patch_pod(namespace, pod_name, {"metadata": metadata})
@@ -339,6 +349,34 @@ class Binder:
             raise
         return "Succeeded", "", uid
 
+    def _bind_as_cached(self, namespace: str, pod_name: str, node: str, owner_uid: str) -> str | None:
+        """Bind without reading the pod when the cache shows it bindable; its uid, or None.
+
+        The binding carries the cached resourceVersion, which the API server does enforce
+        (unlike the uid): it binds exactly the pod version judged here, and a pod that was
+        changed, bound, recreated or deleted since is refused with 409.  None (refused, or
+        not bindable as cached) sends the caller down the read-and-judge path.
+        """
+        if self.lookup is None:
+            return None
+        cached = self.lookup("Pod", namespace, pod_name)
+        if cached is None:
+            return None
+        meta, spec = cached.get("metadata") or {}, cached.get("spec") or {}
+        uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+        if not uid or not version or (owner_uid and uid != owner_uid):
+            return None
+        if spec.get("nodeName") or meta.get("deletionTimestamp"):
+            return None
+        self._check_node(node)
+        try:
+            self._post_binding(namespace, pod_name, uid, node, resource_version=version)
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+        return uid
+
     def _read_pod(self, namespace: str, name: str) -> client.V1Pod:
         try:
             return self.core.read_namespaced_pod(name, namespace)
@@ -352,6 +390,11 @@ class Binder:
         with self._lock:
             if self._nodes.get(node, -1.0) > now:
                 return
+        cached = self.lookup("Node", "", node) if self.lookup is not None else None
+        if cached is not None:
+            if (cached.get("metadata") or {}).get("deletionTimestamp"):
+                raise _Failure(f"node {node} is being deleted")
+            return  # the cache follows deletions; a node it does not hold yet is read below
         try:
             found = self.core.read_node(node)
         except ApiException as exc:
@@ -381,10 +424,15 @@ class Binder:
                 "could not remove GPU group labels from pod %s/%s: %s", namespace, pod, api_error_message(exc)
             )
 
-    def _post_binding(self, namespace: str, pod: str, uid: str, node: str) -> None:
+    def _post_binding(
+        self, namespace: str, pod: str, uid: str, node: str, resource_version: str | None = None
+    ) -> None:
         body = client.V1Binding(
-            # KAI sends the uid too, but the API server ignores it (hence `_judge` on a fresh read).
-            metadata=client.V1ObjectMeta(name=pod, namespace=namespace, uid=uid or None),
+            # KAI sends the uid too, but the API server ignores it (hence `_judge` on a fresh read);
+            # a resourceVersion, on the other hand, is a precondition it checks.
+            metadata=client.V1ObjectMeta(
+                name=pod, namespace=namespace, uid=uid or None, resource_version=resource_version
+            ),
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
         # The server answers with a Status the generated client cannot decode as V1Binding.

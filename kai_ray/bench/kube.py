@@ -1,0 +1,313 @@
+"""End-to-end benchmark on a real API server: `kai-ray bench --kube`.
+
+Unlike the shape benchmarks, which time the engine alone, this one times
+everything a pod goes through between "created" and "bound" on the dev
+cluster (etcd + kube-apiserver + kwok on this machine): the grouper gives
+each pod its PodGroup, the cache feeds the snapshot, the engine plans, the
+applier creates BindRequests, the binder posts each binding and records it,
+the status writer reports, and a background thread writes the Events. kwok
+marks bound pods Running meanwhile, on the same CPUs.
+
+The clock starts when the first cycle starts (the pods already exist and the
+cache is synced) and stops when the binder pass that bound the last pod
+ends; pods bound per second is pods over that time. Starting the cluster,
+creating nodes and pods, and syncing the cache are timed separately.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kai_ray.api.constants import DEFAULT_QUEUE, QUEUE_LABEL, SCHEDULER_NAME
+
+__all__ = ["NAMESPACE", "KubeBenchResult", "render", "run_kube_bench"]
+
+NAMESPACE = "kai-ray-bench"
+DEFAULT_TIMEOUT_SECONDS = 600.0
+CREATE_WORKERS = 16
+
+
+@dataclass
+class KubeBenchResult:
+    nodes: int
+    gpus_per_node: int
+    pods: int
+    bound: int
+    """Pods with a node at the end, as the API server lists them."""
+    cycles: int
+    seconds: float
+    """First cycle start to the end of the binder pass that bound the last pod (or the timeout)."""
+    pods_per_second: float
+    timed_out: bool
+    concurrency: int
+    """API calls in flight per step (`KubeScheduler.concurrency`)."""
+    events_written_s: float
+    """First cycle start until the last queued Event was written (they go out in the background)."""
+    events_dropped: int
+    phases: dict[str, float]
+    """Seconds per cycle step, summed over all cycles (group, snapshot, report, plan, apply, bind, status)."""
+    cycle_seconds: list[float]
+    setup: dict[str, float]
+    """Seconds spent before the clock started: cluster start (nodes included), pod creation, cache sync."""
+    peak_rss_mb: float
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
+    """CPU (user + system) each process used while the clock ran: the scheduler (this process),
+    kube-apiserver, etcd and the pod runner, which all share this machine's cores."""
+    errors: list[str] = field(default_factory=list)
+    """Apply and binder failures seen during the run (the first few)."""
+
+    def as_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _pod(index: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"bench-{index:05d}", "labels": {QUEUE_LABEL: DEFAULT_QUEUE}},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "100Mi"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _create_pods(api: Any, count: int, workers: int) -> None:
+    from kubernetes import client
+
+    from kai_ray.cluster.kube.status import discard
+
+    core: Any = client.CoreV1Api(api)  # plain dicts as bodies: no model objects to build
+    core.create_namespace({"metadata": {"name": NAMESPACE}})
+
+    def create(index: int) -> None:
+        discard(core.create_namespaced_pod(NAMESPACE, _pod(index), _preload_content=False))
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bench-create") as pool:
+        for future in [pool.submit(create, index) for index in range(count)]:
+            future.result()
+
+
+def _cpu_seconds(workdir: Path) -> dict[str, float]:
+    """CPU seconds used so far by this process ("scheduler") and each dev-cluster process."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out = {"scheduler": usage.ru_utime + usage.ru_stime}
+    state = json.loads((workdir / "state.json").read_text())
+    ticks = os.sysconf("SC_CLK_TCK")
+    for name, info in (state.get("processes") or {}).items():
+        try:
+            fields = Path(f"/proc/{int(info['pid'])}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        out[name] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return out
+
+
+def _bound_pods(api: Any) -> int:
+    """Pods of the benchmark that have a node, counted from one paged list."""
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(api)
+    bound, token = 0, None
+    while True:
+        response = core.list_namespaced_pod(NAMESPACE, limit=1000, _continue=token, _preload_content=False)
+        page = json.loads(response.data)
+        bound += sum(1 for pod in page["items"] if (pod.get("spec") or {}).get("nodeName"))
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return bound
+
+
+def run_kube_bench(
+    nodes: int = 500,
+    pods: int = 4000,
+    gpus_per_node: int = 8,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    directory: Path | None = None,
+    bin_dir: Path | None = None,
+    concurrency: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> KubeBenchResult:
+    """Start a dev cluster, create `nodes` GPU nodes and `pods` one-GPU pods, schedule until bound.
+
+    The cluster lives in `directory` (a fresh temporary directory by default, removed
+    afterwards) and is always stopped before returning.
+    """
+    from kai_ray.cluster.kube import devcluster
+    from kai_ray.cluster.kube.scheduler import DEFAULT_CONCURRENCY, KubeScheduler
+    from kai_ray.cluster.kube.serve import api_client, pool_size_for
+
+    if pods > nodes * gpus_per_node:
+        raise ValueError(f"{pods} one-GPU pods cannot all fit on {nodes} nodes x {gpus_per_node} GPUs")
+    say = progress or (lambda _: None)
+    owned = directory is None
+    workdir = Path(tempfile.mkdtemp(prefix="kai-ray-bench-")) if directory is None else Path(directory)
+    setup: dict[str, float] = {}
+    try:
+        say(f"starting a dev cluster with {nodes} nodes x {gpus_per_node} GPUs in {workdir}")
+        started = time.perf_counter()
+        cluster = devcluster.start(
+            workdir, nodes=nodes, gpus_per_node=gpus_per_node, bin_dir=bin_dir, die_with_parent=True
+        )
+        setup["cluster_start_s"] = time.perf_counter() - started
+        # The client `kai-ray serve` builds: a connection pool with room for every worker.
+        workers = concurrency or DEFAULT_CONCURRENCY
+        api: Any = api_client(cluster.kubeconfig, pool_size=pool_size_for(workers))
+        try:
+            say(f"creating {pods} pods")
+            started = time.perf_counter()
+            _create_pods(api, pods, CREATE_WORKERS)
+            setup["pod_create_s"] = time.perf_counter() - started
+            scheduler = KubeScheduler(api, concurrency=workers)
+            started = time.perf_counter()
+            scheduler.start()
+            setup["cache_sync_s"] = time.perf_counter() - started
+            try:
+                cpu_before = _cpu_seconds(workdir)
+                first = time.perf_counter()
+                result = _schedule(scheduler, api, nodes, gpus_per_node, pods, first, timeout, say)
+                cpu_after = _cpu_seconds(workdir)
+                say("waiting for the queued Events")
+                scheduler.events.flush(timeout)
+                result.events_written_s = time.perf_counter() - first
+                result.events_dropped = scheduler.events.dropped
+                result.concurrency = scheduler.concurrency
+            finally:
+                scheduler.stop()
+        finally:
+            api.close()
+        result.setup = setup
+        result.cpu_seconds = {
+            name: cpu_after[name] - cpu_before[name] for name in cpu_after if name in cpu_before
+        }
+        return result
+    finally:
+        with contextlib.suppress(Exception):
+            devcluster.stop(workdir)
+        if owned:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _schedule(
+    scheduler: Any,
+    api: Any,
+    nodes: int,
+    gpus_per_node: int,
+    pods: int,
+    first: float,
+    timeout: float,
+    say: Callable[[str], None],
+) -> KubeBenchResult:
+    phases: dict[str, float] = {}
+    cycle_seconds: list[float] = []
+    errors: list[str] = []
+    bound: set[str] = set()
+    deadline = first + timeout
+    last_bound = first
+    while len(bound) < pods and time.perf_counter() < deadline:
+        cycle_start = time.perf_counter()
+        outcome = scheduler.run_cycle()
+        cycle_seconds.append(outcome.seconds)
+        for name, seconds in outcome.phases.items():
+            phases[name] = phases.get(name, 0.0) + seconds
+        errors.extend(str(error) for error in outcome.applied.errors)
+        errors.extend(f"{request}: {reason}" for request, reason in outcome.bound.failed)
+        newly = {request for request in outcome.bound.succeeded if request.startswith(f"{NAMESPACE}/")}
+        if newly - bound:
+            bound |= newly
+            # The pass that bound them ended before the status step of the same cycle.
+            through_bind = sum(s for name, s in outcome.phases.items() if name != "status")
+            last_bound = cycle_start + through_bind
+        say(
+            f"cycle {len(cycle_seconds)}: {outcome.seconds:.2f}s, {len(outcome.plan.binds)} planned, "
+            f"{len(bound)}/{pods} bound"
+        )
+        idle = not outcome.plan.binds and not outcome.bound.outcomes
+        # Nothing moved (binds still running in the background, or the cache is behind): count
+        # from the server before running another cycle.
+        if len(bound) < pods and idle:
+            if _bound_pods(api) >= pods:
+                last_bound = time.perf_counter()
+                break
+            time.sleep(0.2)  # a short pause between idle cycles, not synchronisation
+    timed_out = len(bound) < pods and time.perf_counter() >= deadline
+    final = _bound_pods(api)
+    seconds = (last_bound if not timed_out else deadline) - first
+    return KubeBenchResult(
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        pods=pods,
+        bound=final,
+        cycles=len(cycle_seconds),
+        seconds=seconds,
+        pods_per_second=final / seconds if seconds > 0 else 0.0,
+        timed_out=timed_out,
+        concurrency=0,
+        events_written_s=0.0,
+        events_dropped=0,
+        phases=phases,
+        cycle_seconds=cycle_seconds,
+        setup={},
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        errors=errors[:20],
+    )
+
+
+def render(result: KubeBenchResult, console: Any) -> None:
+    """The result as `kai-ray bench` prints it: a summary table, then where the time went."""
+    from rich.table import Table
+
+    title = f"kai-ray bench --kube {result.nodes}x{result.gpus_per_node} GPUs, {result.pods} pods"
+    summary = Table(title=title)
+    row = {
+        "nodes": str(result.nodes),
+        "pods": str(result.pods),
+        "bound": str(result.bound),
+        "cycles": str(result.cycles),
+        "seconds": f"{result.seconds:.1f}",
+        "pods/s": f"{result.pods_per_second:.0f}",
+        "events done s": f"{result.events_written_s:.1f}",
+        "timed out": "yes" if result.timed_out else "no",
+        "peak RSS MB": f"{result.peak_rss_mb:.0f}",
+    }
+    for column in row:
+        summary.add_column(column, justify="right")
+    summary.add_row(*row.values())
+    console.print(summary)
+    phases = Table(title="cycle steps, seconds summed over all cycles")
+    for name in result.phases:
+        phases.add_column(name, justify="right")
+    phases.add_row(*(f"{seconds:.2f}" for seconds in result.phases.values()))
+    console.print(phases)
+    cpu = Table(title="CPU seconds while timed")
+    for name in result.cpu_seconds:
+        cpu.add_column(name, justify="right")
+    cpu.add_row(*(f"{seconds:.1f}" for seconds in result.cpu_seconds.values()))
+    console.print(cpu)
+    setup = ", ".join(f"{name} {seconds:.1f}" for name, seconds in result.setup.items())
+    console.print(f"set-up (not timed): {setup}; concurrency {result.concurrency}")
+    if result.events_dropped:
+        console.print(f"{result.events_dropped} Events dropped (queue full)")
+    for error in result.errors:
+        console.print(f"error: {error}")
