@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint conformance clean kube-bins crds
+.PHONY: demo test lint conformance clean kube-bins crds devcluster devcluster-down
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,13 @@ test: $(STAMP) kube-bins
 # (tests/api/test_api_crds.py fails when the committed files drift from the models).
 crds: $(STAMP)
 	$(BIN)/python -m kai_ray.api.crds charts/kai-ray/crds
+
+# A local kube-apiserver + etcd + kwok with 4 fake 8-GPU nodes; kubeconfig in .devcluster/kubeconfig.
+devcluster: $(STAMP) kube-bins
+	$(BIN)/kai-ray devcluster up --dir .devcluster --nodes 4
+
+devcluster-down: $(STAMP)
+	$(BIN)/kai-ray devcluster down --dir .devcluster
 
 lint: $(STAMP)
 	$(BIN)/ruff check kai_ray tests
