@@ -49,6 +49,7 @@ from kai_ray.cluster.kube.status import (
     EventWriter,
     ObjectRef,
     OperationError,
+    Tally,
     api_error_message,
     discard,
     now_utc,
@@ -79,7 +80,7 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 @dataclass
-class ApplyResult:
+class ApplyResult(Tally):
     """What `apply_plan` did.  Objects are named ``"namespace/pod"``.
 
     ``skipped`` holds binds deliberately not made, with why (already bound, a BindRequest
@@ -94,21 +95,6 @@ class ApplyResult:
     already_gone: list[str] = field(default_factory=list)
     pipelined: list[str] = field(default_factory=list)
     events: int = 0
-    errors: list[OperationError] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-    def add(self, attr: str, value: Any) -> None:
-        """Thread-safe append to a list field or increment of a counter field."""
-        with self._lock:
-            current = getattr(self, attr)
-            if isinstance(current, list):
-                current.append(value)
-            else:
-                setattr(self, attr, current + value)
 
 
 def received_gpu(bind: Bind) -> tuple[str, int, str]:

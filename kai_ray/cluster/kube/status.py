@@ -481,14 +481,9 @@ class PodGroupRef:
 
 
 @dataclass
-class StatusResult:
-    """What one status write did; API failures are collected, never raised."""
+class Tally:
+    """A result that worker threads add to; API failures are collected in `errors`, never raised."""
 
-    conditions_set: list[str] = field(default_factory=list)
-    conditions_cleared: list[str] = field(default_factory=list)
-    events: int = 0
-    pods_marked: int = 0
-    queues_written: list[str] = field(default_factory=list)
     errors: list[OperationError] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -504,6 +499,17 @@ class StatusResult:
                 current.append(value)
             else:
                 setattr(self, attr, current + value)
+
+
+@dataclass
+class StatusResult(Tally):
+    """What one status write did; API failures are collected, never raised."""
+
+    conditions_set: list[str] = field(default_factory=list)
+    conditions_cleared: list[str] = field(default_factory=list)
+    events: int = 0
+    pods_marked: int = 0
+    queues_written: list[str] = field(default_factory=list)
 
 
 def explanation_reason(message: str) -> str:
