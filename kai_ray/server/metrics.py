@@ -21,12 +21,6 @@ class SchedulerMetrics:
         self.cycle_latency = Gauge(
             "e2e_scheduling_latency_milliseconds", "Duration of the last full cycle.", registry=self.registry
         )
-        self.action_latency = Gauge(
-            "action_scheduling_latency_milliseconds",
-            "Duration of each action.",
-            ["action"],
-            registry=self.registry,
-        )
         self.scheduled = Counter(
             "podgroups_scheduled_by_action",
             "PodGroups bound or pipelined.",
