@@ -11,16 +11,15 @@ import json
 import os
 import ssl
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
+from kube_support import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -28,21 +27,6 @@ from kai_ray.cluster.kube import devcluster
 from kai_ray.cluster.kube.devcluster import DevCluster
 
 pytestmark = pytest.mark.kube
-
-T = TypeVar("T")
-TIMEOUT = 60.0  # generous: 2 shared cores run etcd, apiserver, kwok and pytest
-
-
-def eventually(what: str, probe: Callable[[], T | None], timeout: float = TIMEOUT) -> T:
-    """Poll ``probe`` until it returns non-None; fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def make_pod(name: str, gpus: int = 1) -> client.V1Pod:
@@ -222,7 +206,7 @@ def test_bound_pod_becomes_running_only_on_a_fake_node(
 
         bind(core, namespace, "on-unmanaged", unmanaged)
         bind(core, namespace, "on-fake", kube_cluster.nodes[0])
-        eventually("pod on fake node Running", lambda: phase(core, namespace, "on-fake") == "Running" or None)
+        wait_for("pod on fake node Running", lambda: phase(core, namespace, "on-fake") == "Running" or None)
 
         pod = core.read_namespaced_pod("on-fake", namespace)
         assert pod.spec.node_name == kube_cluster.nodes[0]
@@ -250,10 +234,10 @@ def test_deleted_pod_on_fake_node_is_finalized(
     core = client.CoreV1Api(kube_api)
     core.create_namespaced_pod(namespace, make_pod("doomed"))
     bind(core, namespace, "doomed", kube_cluster.nodes[1])
-    eventually("pod Running", lambda: phase(core, namespace, "doomed") == "Running" or None)
+    wait_for("pod Running", lambda: phase(core, namespace, "doomed") == "Running" or None)
     # A graceful delete only sets deletionTimestamp; the pod runner must finish it.
     core.delete_namespaced_pod("doomed", namespace, grace_period_seconds=30)
-    eventually("pod deleted", lambda: gone(core, namespace, "doomed"))
+    wait_for("pod deleted", lambda: gone(core, namespace, "doomed"))
 
 
 def test_fake_kubelet_runs_pods_on_its_nodes(kube_cluster: DevCluster, kube_api: Any, namespace: str) -> None:
@@ -277,7 +261,7 @@ def test_fake_kubelet_runs_pods_on_its_nodes(kube_cluster: DevCluster, kube_api:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
-        eventually(
+        wait_for(
             "fake kubelet marks its node Ready",
             lambda: (
                 {c.type: c.status for c in core.read_node(node).status.conditions or []}.get("Ready")
@@ -287,11 +271,11 @@ def test_fake_kubelet_runs_pods_on_its_nodes(kube_cluster: DevCluster, kube_api:
         )
         core.create_namespaced_pod(namespace, make_pod("fk-pod"))
         bind(core, namespace, "fk-pod", node)
-        eventually(
+        wait_for(
             "pod Running via fake kubelet", lambda: phase(core, namespace, "fk-pod") == "Running" or None
         )
         core.delete_namespaced_pod("fk-pod", namespace, grace_period_seconds=30)
-        eventually("pod finalized by fake kubelet", lambda: gone(core, namespace, "fk-pod"))
+        wait_for("pod finalized by fake kubelet", lambda: gone(core, namespace, "fk-pod"))
     finally:
         stop.set()
         thread.join(timeout=30)
@@ -361,7 +345,7 @@ def test_restart_in_same_dir_replaces_the_cluster_and_stop_leaves_nothing(
             assert {c.type: c.status for c in node.status.conditions}["Ready"] == "True"
             core.create_namespaced_pod("default", make_pod("p"))
             bind(core, "default", "p", second.nodes[0])
-            eventually(
+            wait_for(
                 "pod Running via fake-kubelet process",
                 lambda: phase(core, "default", "p") == "Running" or None,
             )

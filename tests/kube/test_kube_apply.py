@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from kube_support import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -50,22 +50,9 @@ from kai_ray.model.snapshot import compile_snapshot
 
 pytestmark = pytest.mark.kube
 
-T = TypeVar("T")
 TIMEOUT = 60.0  # generous: 2 shared cores run etcd, the API server, kwok and pytest
 GROUP = "scheduling.run.ai"
 NODE_A, NODE_B = "gpu-node-0", "gpu-node-1"
-
-
-def eventually(what: str, probe: Callable[[], T | None], timeout: float = TIMEOUT) -> T:
-    """Poll ``probe`` until it returns non-None; fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def make_pod(
@@ -234,7 +221,7 @@ def test_same_plan_twice_and_a_restart_never_bind_twice(
 
     outcome = Binder(core.api_client, namespace=namespace).bind_pending(timeout=TIMEOUT)
     assert outcome.succeeded == [f"{namespace}/p"]
-    eventually("pod p Running on gpu-node-0", lambda: running_on(core, namespace, "p", NODE_A))
+    wait_for("pod p Running on gpu-node-0", lambda: running_on(core, namespace, "p", NODE_A))
 
     # A "restarted scheduler" (fresh apply, no memory) with a stale plan for the same node, and
     # one that now wants the pod elsewhere: both are refused, the pod stays where it is.
@@ -316,7 +303,7 @@ def test_engine_plan_applied_and_bound_end_to_end(
     assert sorted(bound.succeeded) == [f"{namespace}/gang-0", f"{namespace}/gang-1"]
     placed = {b.task: b.node for b in plan.binds}
     for pod, node in placed.items():
-        eventually(f"{pod} Running on {node}", functools.partial(running_on, core, namespace, pod, node))
+        wait_for(f"{pod} Running on {node}", functools.partial(running_on, core, namespace, pod, node))
     assert sorted(placed.values()) == [NODE_A, NODE_B]
     conditions = get_podgroup(custom, namespace, "frac")["status"]["schedulingConditions"]
     assert conditions[-1]["message"] == plan.pending_reasons[f"{namespace}/frac"]
@@ -336,7 +323,7 @@ def test_eviction_removes_the_pod_and_explains_on_the_podgroup(
 ) -> None:
     uid = create_podgroup(custom, namespace, "victims")
     core.create_namespaced_pod(namespace, make_pod("v-0", gpus=1, node=NODE_A, podgroup="victims"))
-    eventually("victim Running", lambda: running_on(core, namespace, "v-0", NODE_A))
+    wait_for("victim Running", lambda: running_on(core, namespace, "v-0", NODE_A))
     reason = "reclaimed for queue team-b, job team-b/train"
     plan = Plan(evictions=[Eviction(f"{namespace}/victims", "v-0", NODE_A, reason)])
 
@@ -344,7 +331,7 @@ def test_eviction_removes_the_pod_and_explains_on_the_podgroup(
 
     assert result.ok, result.errors
     assert result.evicted == [f"{namespace}/v-0"] and result.deleted == []  # the Eviction API did it
-    eventually("evicted pod gone", lambda: gone(core, namespace, "v-0"))
+    wait_for("evicted pod gone", lambda: gone(core, namespace, "v-0"))
     events = events_for(core, namespace, "PodGroup", "victims")
     assert [(e.reason, e.type) for e in events] == [("Evict", "Normal")]
     assert events[0].message == f"Pod {namespace}/v-0 was evicted: {reason}"
@@ -367,7 +354,7 @@ def test_eviction_falls_back_to_delete_when_the_eviction_api_refuses(
     pod = make_pod("g-0", node=NODE_B, podgroup="guarded")
     pod.metadata.labels["app"] = "guarded"  # type: ignore[index,union-attr]
     core.create_namespaced_pod(namespace, pod)
-    eventually("guarded pod Running", lambda: running_on(core, namespace, "g-0", NODE_B))
+    wait_for("guarded pod Running", lambda: running_on(core, namespace, "g-0", NODE_B))
     pdb = client.V1PodDisruptionBudget(
         metadata=client.V1ObjectMeta(name="guard"),
         spec=client.V1PodDisruptionBudgetSpec(
@@ -382,7 +369,7 @@ def test_eviction_falls_back_to_delete_when_the_eviction_api_refuses(
 
     assert result.ok, result.errors
     assert result.deleted == [f"{namespace}/g-0"] and result.evicted == [f"{namespace}/g-0"]
-    eventually("deleted pod gone", lambda: gone(core, namespace, "g-0"))
+    wait_for("deleted pod gone", lambda: gone(core, namespace, "g-0"))
 
 
 def test_pipelined_pod_gets_an_event_and_nothing_else(

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from kube_support import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -22,22 +22,9 @@ from kai_ray.engine.plan import Bind, Plan
 
 pytestmark = pytest.mark.kube
 
-T = TypeVar("T")
 TIMEOUT = 60.0
 GROUP, VERSION, PLURAL = "scheduling.run.ai", "v1alpha2", "bindrequests"
 NODE_A, NODE_B = "gpu-node-0", "gpu-node-1"
-
-
-def eventually(what: str, probe: Callable[[], T | None], timeout: float = TIMEOUT) -> T:
-    """Poll ``probe`` until it returns non-None; fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def make_pod(
@@ -130,7 +117,7 @@ def test_binder_binds_and_the_pod_runs(
     result = binder.bind_pending(timeout=TIMEOUT)
 
     assert result.succeeded == [f"{namespace}/p"] and result.failed == [] and not result.timed_out
-    eventually("pod Running on gpu-node-1", functools.partial(running_on, core, namespace, "p", NODE_B))
+    wait_for("pod Running on gpu-node-1", functools.partial(running_on, core, namespace, "p", NODE_B))
     assert request(custom, namespace, "p")["status"] == {"phase": "Succeeded"}
     pod = core.read_namespaced_pod("p", namespace)
     assert pod.status is not None and pod.metadata is not None
@@ -171,7 +158,7 @@ def test_fraction_bind_labels_the_gpu_group_before_binding(
         "runai-gpu-group/gpu-node-0-gpu-5": "gpu-node-0-gpu-5",
         "runai-gpu-group/gpu-node-0-gpu-6": "gpu-node-0-gpu-6",
     }
-    eventually("fraction pod Running", functools.partial(running_on, core, namespace, "half", NODE_A))
+    wait_for("fraction pod Running", functools.partial(running_on, core, namespace, "half", NODE_A))
 
 
 def test_pod_already_on_the_selected_node_succeeds_elsewhere_fails(
@@ -230,7 +217,7 @@ def test_recreated_pod_is_not_bound_by_the_old_request(
     core.create_namespaced_pod(namespace, make_pod("phoenix"))
     assert apply_plan(core.api_client, Plan(binds=[Bind(f"{namespace}/pg", "phoenix", NODE_A, (), 0.0)])).ok
     core.delete_namespaced_pod("phoenix", namespace, grace_period_seconds=0)
-    eventually("old pod gone", functools.partial(gone, core, namespace, "phoenix"))
+    wait_for("old pod gone", functools.partial(gone, core, namespace, "phoenix"))
     core.create_namespaced_pod(namespace, make_pod("phoenix"))
 
     result = binder.bind_pending(timeout=TIMEOUT)
@@ -280,9 +267,7 @@ def test_run_loop_binds_requests_as_they_arrive_and_stops(
         assert apply_plan(core.api_client, plan).ok
         for index in range(3):
             node = (NODE_A, NODE_B)[index % 2]
-            eventually(
-                f"w-{index} Running", functools.partial(running_on, core, namespace, f"w-{index}", node)
-            )
+            wait_for(f"w-{index} Running", functools.partial(running_on, core, namespace, f"w-{index}", node))
     finally:
         stop.set()
         loop.join(timeout=TIMEOUT)

@@ -10,11 +10,11 @@ cycle, onto the GPUs the victims freed.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kube_support import eventually, queue_body
 from kubernetes import client
 
 from kai_ray.cluster.kube import devcluster
@@ -25,29 +25,6 @@ pytestmark = pytest.mark.kube
 GROUP = "scheduling.run.ai"
 GPUS_PER_NODE = 8
 NODES = 2
-
-
-def eventually(check: Callable[[], bool], timeout: float, step: Callable[[], object] | None = None) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if step is not None:
-            step()
-        if check():
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def queue(name: str, parent: str | None, gpu_quota: float) -> dict[str, Any]:
-    resources = {
-        "gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": 1},
-        "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-        "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-    }
-    spec: dict[str, Any] = {"resources": resources}
-    if parent:
-        spec["parentQueue"] = parent
-    return {"apiVersion": f"{GROUP}/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
 
 
 def pod(name: str, leaf: str, zone: str, gpus: int, *, group: str | None = None) -> client.V1Pod:
@@ -83,9 +60,9 @@ def zone(kube_api: Any, namespace: str) -> Iterator[str]:
             kube_api, f"{namespace}-n{index}", GPUS_PER_NODE, labels={"kai-ray-test": namespace}
         )
     queues = [
-        queue(f"{namespace}-dept", None, NODES * GPUS_PER_NODE),
-        queue(f"{namespace}-a", f"{namespace}-dept", 0),
-        queue(f"{namespace}-b", f"{namespace}-dept", NODES * GPUS_PER_NODE),
+        queue_body(f"{namespace}-dept", None, NODES * GPUS_PER_NODE),
+        queue_body(f"{namespace}-a", f"{namespace}-dept", 0),
+        queue_body(f"{namespace}-b", f"{namespace}-dept", NODES * GPUS_PER_NODE),
     ]
     for body in queues:
         custom.create_cluster_custom_object(GROUP, "v2", "queues", body)

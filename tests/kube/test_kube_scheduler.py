@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kube_support import eventually, queue_body
 from kubernetes import client
 
 from kai_ray.cluster.kube import devcluster
@@ -15,29 +15,6 @@ from kai_ray.cluster.kube.scheduler import KubeScheduler
 pytestmark = pytest.mark.kube
 
 GROUP, VERSION = "scheduling.run.ai", "v2"
-
-
-def eventually(check: Callable[[], bool], timeout: float, step: Callable[[], object] | None = None) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if step is not None:
-            step()
-        if check():
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def queue(name: str, parent: str | None, gpu_quota: float) -> dict[str, Any]:
-    resources = {
-        "gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": 1},
-        "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-        "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-    }
-    spec: dict[str, Any] = {"resources": resources}
-    if parent:
-        spec["parentQueue"] = parent
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
 
 
 def pod(
@@ -84,9 +61,9 @@ def zone(kube_api: Any, namespace: str) -> Iterator[str]:
     custom = client.CustomObjectsApi(kube_api)
     for index in range(2):
         devcluster.create_gpu_node(kube_api, f"{namespace}-n{index}", 8, labels={"kai-ray-test": namespace})
-    custom.create_cluster_custom_object(GROUP, VERSION, "queues", queue(f"{namespace}-dept", None, -1))
+    custom.create_cluster_custom_object(GROUP, VERSION, "queues", queue_body(f"{namespace}-dept", None, -1))
     custom.create_cluster_custom_object(
-        GROUP, VERSION, "queues", queue(f"{namespace}-leaf", f"{namespace}-dept", 16)
+        GROUP, VERSION, "queues", queue_body(f"{namespace}-leaf", f"{namespace}-dept", 16)
     )
     yield namespace
     core = client.CoreV1Api(kube_api)

@@ -1,0 +1,50 @@
+"""Waiting and object builders shared by the Kubernetes tests (real API server, no sleeps as sync)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+TIMEOUT = 60.0
+"""Generous: two shared cores run etcd, the API server, kwok and pytest."""
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = TIMEOUT) -> T:
+    """Poll ``probe`` until it returns non-None; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result is not None:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def eventually(check: Callable[[], bool], timeout: float, step: Callable[[], object] | None = None) -> bool:
+    """Whether ``check`` held before the deadline, running ``step`` (e.g. a cycle) between tries."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if step is not None:
+            step()
+        if check():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def queue_body(name: str, parent: str | None, gpu_quota: float) -> dict[str, Any]:
+    """A KAI Queue with the given GPU quota, unlimited otherwise (-1 limits said out loud)."""
+    resources = {
+        "gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": 1},
+        "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+        "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+    }
+    spec: dict[str, Any] = {"resources": resources}
+    if parent:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
