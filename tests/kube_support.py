@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 T = TypeVar("T")
 TIMEOUT = 60.0
@@ -48,3 +50,27 @@ def queue_body(name: str, parent: str | None, gpu_quota: float) -> dict[str, Any
     if parent:
         spec["parentQueue"] = parent
     return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+def node_of(core: client.CoreV1Api, namespace: str, pod: str) -> str | None:
+    """The node a pod is bound to, or None."""
+    spec = core.read_namespaced_pod(pod, namespace).spec
+    return spec.node_name if spec else None
+
+
+def running_on(core: client.CoreV1Api, namespace: str, pod: str, node: str) -> bool | None:
+    """True once the pod runs on `node` (a probe for `wait_for`)."""
+    found = core.read_namespaced_pod(pod, namespace)
+    on_node = found.spec is not None and found.spec.node_name == node
+    return True if on_node and found.status is not None and found.status.phase == "Running" else None
+
+
+def gone(core: client.CoreV1Api, namespace: str, pod: str) -> bool | None:
+    """True once the pod is deleted (a probe for `wait_for`)."""
+    try:
+        core.read_namespaced_pod(pod, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return None

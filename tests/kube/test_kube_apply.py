@@ -15,9 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kube_support import wait_for
+from kube_support import gone, node_of, running_on, wait_for
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from kai_ray.api import BindRequest
 from kai_ray.api.config import SchedulerConfig
@@ -126,27 +125,6 @@ def bind_requests(custom: client.CustomObjectsApi, namespace: str) -> list[dict[
 def events_for(core: client.CoreV1Api, namespace: str, kind: str, name: str) -> list[client.CoreV1Event]:
     selector = f"involvedObject.kind={kind},involvedObject.name={name}"
     return list(core.list_namespaced_event(namespace, field_selector=selector).items)
-
-
-def node_of(core: client.CoreV1Api, namespace: str, pod: str) -> str | None:
-    spec = core.read_namespaced_pod(pod, namespace).spec
-    return spec.node_name if spec else None
-
-
-def running_on(core: client.CoreV1Api, namespace: str, pod: str, node: str) -> bool | None:
-    found = core.read_namespaced_pod(pod, namespace)
-    on_node = found.spec is not None and found.spec.node_name == node
-    return True if on_node and found.status is not None and found.status.phase == "Running" else None
-
-
-def gone(core: client.CoreV1Api, namespace: str, pod: str) -> bool | None:
-    try:
-        core.read_namespaced_pod(pod, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
-    return None
 
 
 # --------------------------------------------------------------------------------------------
