@@ -12,6 +12,7 @@ import numpy as np
 from kai_ray.engine.gang import tasks_to_allocate
 from kai_ray.engine.jobs import Job
 from kai_ray.engine.placement import place_task
+from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.engine.session import Session
 from kai_ray.engine.statement import Statement
 
@@ -43,7 +44,9 @@ def allocate_job(
     return True
 
 
-def _gang_reason(job: Job, wanted: int, placed: int, reason: str) -> str:
+def _gang_reason(job: Job, wanted: int, placed: int, reason: str) -> PendingReason:
     if wanted == 1:
-        return reason
-    return f"gang needs {wanted} more pods together, only {placed} fit: {reason}"
+        return PendingReason(PendingCause.NO_ROOM, reason)
+    return PendingReason(
+        PendingCause.NO_ROOM, f"gang needs {wanted} more pods together, only {placed} fit: {reason}"
+    )

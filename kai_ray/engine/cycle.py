@@ -37,7 +37,7 @@ def run_actions(session: Session) -> Plan:
         if action is not None:
             session.current_action = name
             action(session)
-    return build_plan(session, initial, session.eviction_reasons)
+    return build_plan(session, initial)
 
 
 def schedule(snapshot: Snapshot, config: SchedulerConfig, executor: Executor | None = None) -> Plan:

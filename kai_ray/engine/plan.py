@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kai_ray.engine.jobs import Task
+from kai_ray.engine.reasons import EvictionReason, PendingCause, PendingReason
 from kai_ray.engine.session import Session
 from kai_ray.model.objects import ACTIVE_ALLOCATED, OCCUPYING, TaskStatus
 from kai_ray.model.snapshot import Problem
@@ -26,11 +27,14 @@ class TaskState:
 
 @dataclass(frozen=True)
 class Bind:
+    """A pod placed this cycle; `action` is the action that placed it (KAI's metric label)."""
+
     job: str
     task: str
     node: str
     gpu_groups: tuple[str, ...]
     accepted_gpus: float
+    action: str = "allocate"
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ class Eviction:
     job: str
     task: str
     node: str | None
-    reason: str
+    reason: EvictionReason
 
 
 @dataclass
@@ -46,7 +50,7 @@ class Plan:
     binds: list[Bind] = field(default_factory=list)
     pipelined: list[Bind] = field(default_factory=list)
     evictions: list[Eviction] = field(default_factory=list)
-    pending_reasons: dict[str, str] = field(default_factory=dict)
+    pending_reasons: dict[str, PendingReason] = field(default_factory=dict)
     tasks: dict[tuple[str, str], TaskState] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
@@ -61,9 +65,12 @@ def task_state(session: Session, task: Task) -> TaskState:
     )
 
 
-def build_plan(
-    session: Session, initial: dict[int, tuple[TaskStatus, int | None]], eviction_reasons: dict[int, str]
-) -> Plan:
+def build_plan(session: Session, initial: dict[int, tuple[TaskStatus, int | None]]) -> Plan:
+    """Everything that changed since `initial` (task uid → status and node row at session open).
+
+    Every eviction the session made has a reason recorded by the action that made it
+    (`Session.eviction_reasons`); a missing one is a bug, so it is looked up, not defaulted.
+    """
     plan = Plan(problems=list(session.snapshot.problems))
     for job in session.jobs:
         for task in job.tasks:
@@ -72,26 +79,35 @@ def build_plan(
             before, before_node = initial[task.uid]
             if task.status == before:
                 continue
-            if task.status == TaskStatus.ALLOCATED and state.node is not None:
-                plan.binds.append(Bind(job.key, task.name, state.node, task.groups, state.accepted_gpus))
-            elif task.status == TaskStatus.PIPELINED and state.node is not None:
-                plan.pipelined.append(Bind(job.key, task.name, state.node, task.groups, state.accepted_gpus))
-                if before in ACTIVE_ALLOCATED and before_node is not None:
-                    moved_from = session.nodes.table.names[before_node]
-                    reason = eviction_reasons.get(task.uid, "moved")
-                    plan.evictions.append(Eviction(job.key, task.name, moved_from, reason))
+            if task.status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED) and state.node is not None:
+                bind = Bind(
+                    job.key,
+                    task.name,
+                    state.node,
+                    task.groups,
+                    state.accepted_gpus,
+                    session.placed_by.get(task.uid, "allocate"),
+                )
+                (plan.binds if task.status == TaskStatus.ALLOCATED else plan.pipelined).append(bind)
+            if task.status == TaskStatus.PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
+                moved_from = session.nodes.table.names[before_node]
+                reason = session.eviction_reasons[task.uid]
+                plan.evictions.append(Eviction(job.key, task.name, moved_from, reason))
             elif task.status == TaskStatus.RELEASING:
-                reason = eviction_reasons.get(task.uid, "evicted")
+                reason = session.eviction_reasons[task.uid]
                 plan.evictions.append(Eviction(job.key, task.name, state.node, reason))
         if job.pending_tasks():
-            plan.pending_reasons[job.key] = session.job_reason(job) or _default_reason(job)
+            plan.pending_reasons[job.key] = session.job_reason(job) or NOT_REACHED
     for problem in session.snapshot.problems:
         if problem.kind == "PodGroup":
-            plan.pending_reasons.setdefault(
-                problem.name, f"not scheduled: {problem.field}: {problem.message}"
-            )
+            missing_queue = problem.field == "spec.queue"
+            cause = PendingCause.QUEUE_DOES_NOT_EXIST if missing_queue else PendingCause.INVALID
+            message = f"not scheduled: {problem.field}: {problem.message}"
+            plan.pending_reasons.setdefault(problem.name, PendingReason(cause, message))
     return plan
 
 
-def _default_reason(job: object) -> str:
-    return "not reached this cycle (earlier jobs took the capacity or its queue order came later)"
+NOT_REACHED = PendingReason(
+    PendingCause.NOT_REACHED,
+    "not reached this cycle (earlier jobs took the capacity or its queue order came later)",
+)

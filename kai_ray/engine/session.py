@@ -23,6 +23,7 @@ from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.plugins.base import OrderKey, Plugin
 from kai_ray.engine.plugins.registry import plugin_class
 from kai_ray.engine.queues import QueueBook
+from kai_ray.engine.reasons import EvictionReason, PendingReason, main_cause
 from kai_ray.engine.statement import Operation, Placement
 from kai_ray.model.objects import QUEUE_CHARGING, TaskStatus
 from kai_ray.model.resources import CPU, GPU, MEMORY
@@ -43,9 +44,11 @@ class Session:
         self._all_rows = np.arange(len(snapshot.nodes))
         self.queues = QueueBook(snapshot)
         self.jobs: list[Job] = []
-        self._reasons: dict[str, dict[str, str]] = {}
+        self._reasons: dict[str, dict[str, PendingReason]] = {}
         self.current_action = ""
-        self.eviction_reasons: dict[int, str] = {}
+        self.eviction_reasons: dict[int, EvictionReason] = {}
+        self.placed_by: dict[int, str] = {}
+        """Task uid → the action that placed it (bound or pipelined) this cycle."""
         self.stale_since: dict[str, float] = {}
         self.committed: list[Operation] = []
         self._charges: dict[int, np.ndarray] = {}
@@ -95,6 +98,8 @@ class Session:
         self._remove(task)
         task.status, task.node, task.groups = placement.status, placement.node, placement.groups
         self._add(task)
+        if placement.status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED):
+            self.placed_by[task.uid] = self.current_action
 
     def _add(self, task: Task) -> None:
         self.nodes.add(task)
@@ -226,19 +231,23 @@ class Session:
     def predicates_enabled(self) -> bool:
         return self.has_plugin("predicates")
 
-    def note_reason(self, job: Job, reason: str) -> None:
+    def note_reason(self, job: Job, reason: PendingReason) -> None:
         """The first reason each action had for not placing a job; what-if simulations keep quiet."""
         if not self.simulating:
             self._reasons.setdefault(job.key, {}).setdefault(self.current_action, reason)
 
-    def job_reason(self, job: Job) -> str | None:
-        """Why the job still waits, action by action ("allocate: ...; reclaim: ...")."""
+    def job_reason(self, job: Job) -> PendingReason | None:
+        """Why the job still waits, action by action ("allocate: ...; reclaim: ...").
+
+        The cause is the most telling one any action gave (see `main_cause`).
+        """
         by_action = self._reasons.get(job.key)
         if not by_action:
             return None
         if len(by_action) == 1:
             return next(iter(by_action.values()))
-        return "; ".join(f"{action}: {reason}" for action, reason in by_action.items())
+        message = "; ".join(f"{action}: {reason.message}" for action, reason in by_action.items())
+        return PendingReason(main_cause(r.cause for r in by_action.values()), message)
 
     @contextlib.contextmanager
     def what_if(self) -> Iterator[None]:

@@ -21,6 +21,7 @@ from kai_ray.engine.allocation import allocate_job
 from kai_ray.engine.gang import tasks_to_allocate
 from kai_ray.engine.job_queue import JobQueue
 from kai_ray.engine.jobs import Job, Task
+from kai_ray.engine.reasons import EvictionReason
 from kai_ray.engine.session import Session
 from kai_ray.engine.statement import Statement
 from kai_ray.engine.victims import VictimQueue
@@ -47,7 +48,7 @@ class VictimPolicy(Protocol):
 
     def accepts(self, outcome: Outcome) -> bool: ...
 
-    def eviction_reason(self, preemptor: Job, victim: Task) -> str: ...
+    def eviction_reason(self, preemptor: Job, victim: Task) -> EvictionReason: ...
 
 
 class SearchBudget:

@@ -94,7 +94,8 @@ def jobs_table(result: CycleResult) -> Table:
         nodes = sorted({session.nodes.table.names[t.node] for t in job.tasks if t.node is not None})
         status = job_status(job)
         style = STATUS_STYLE.get(status.split(" ")[0], "")
-        reason = result.plan.pending_reasons.get(job.key, "")
+        pending = result.plan.pending_reasons.get(job.key)
+        reason = pending.message if pending is not None else ""
         pods = str(len(job.tasks))
         table.add_row(job.spec.key, job.queue, Text(status, style=style), pods, ", ".join(nodes), reason)
     return table
@@ -109,7 +110,7 @@ def evictions_table(results: list[CycleResult]) -> Table | None:
     for column in ("cycle", "job", "pod", "node", "reason"):
         table.add_column(column)
     for cycle, eviction in rows:
-        table.add_row(str(cycle), eviction.job, eviction.task, eviction.node or "", eviction.reason)
+        table.add_row(str(cycle), eviction.job, eviction.task, eviction.node or "", eviction.reason.message)
     return table
 
 

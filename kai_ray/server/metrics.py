@@ -49,7 +49,7 @@ class SchedulerMetrics:
         jobs = {bind.job for bind in plan.binds} | {pipelined.job for pipelined in plan.pipelined}
         self.scheduled.labels(action="allocate").inc(len(jobs))
         for eviction in plan.evictions:
-            self.evicted.labels(reason=eviction.reason.split(" ")[0]).inc()
+            self.evicted.labels(reason=eviction.reason.cause.value).inc()
         for row, name in enumerate(queues.names):
             cpu, memory, gpu = queues.fair_share[row].tolist()
             self.fair_share_gpu.labels(queue_name=name).set(gpu)

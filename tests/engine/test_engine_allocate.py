@@ -16,6 +16,7 @@ from builders import (
     run_with_session,
 )
 
+from kai_ray.engine.reasons import PendingCause
 from kai_ray.engine.session import Session
 from kai_ray.model.objects import AffinityRequirement, ClusterState, Taint, TaskStatus, Toleration
 
@@ -39,7 +40,7 @@ def test_gang_that_does_not_fit_binds_nothing_and_says_why() -> None:
     plan = run_cycle(state)
     assert plan.binds == [] and plan.pipelined == []
     assert all(plan.tasks[("big", f"big-{i}")].status == S.PENDING for i in range(5))
-    reason = plan.pending_reasons["big"]
+    reason = plan.pending_reasons["big"].message
     assert "gang" in reason
     assert "5" in reason and "4" in reason  # needs 5 together, 4 fit
 
@@ -305,8 +306,9 @@ def test_queue_limit_blocks_allocation_with_a_reason_naming_queue_and_resource()
     )
     plan = run_cycle(state)
     assert plan.binds == []
-    reason = plan.pending_reasons["wants-two"]
+    reason = plan.pending_reasons["wants-two"].message
     assert "team-a" in reason and "gpu" in reason and "limit" in reason
+    assert plan.pending_reasons["wants-two"].cause == PendingCause.OVER_LIMIT
 
 
 def test_parent_queue_limit_also_blocks() -> None:
@@ -320,7 +322,7 @@ def test_parent_queue_limit_also_blocks() -> None:
     )
     plan = run_cycle(state)
     assert plan.binds == []
-    assert "dept" in plan.pending_reasons["two"]
+    assert "dept" in plan.pending_reasons["two"].message
 
 
 def test_limit_of_zero_allows_nothing_and_minus_one_allows_everything() -> None:
@@ -328,7 +330,7 @@ def test_limit_of_zero_allows_nothing_and_minus_one_allows_everything() -> None:
     state = builder.job("c", queue="capped", gpus=1).job("o", queue="open", gpus=1).build()
     plan = run_cycle(state)
     assert binds(plan) == {"o-0": "n1"}
-    assert "capped" in plan.pending_reasons["c"]
+    assert "capped" in plan.pending_reasons["c"].message
 
 
 def test_cpu_only_job_is_not_blocked_by_a_gpu_limit() -> None:
@@ -347,8 +349,9 @@ def test_non_preemptible_job_may_not_exceed_deserved_quota() -> None:
     )
     plan = run_cycle(state)
     assert sorted(binds(plan)) == ["train-0", "train-1", "train-2"]
-    reason = plan.pending_reasons["build"]
+    reason = plan.pending_reasons["build"].message
     assert "q" in reason and "gpu" in reason and "non-preemptible" in reason
+    assert plan.pending_reasons["build"].cause == PendingCause.NON_PREEMPTIBLE_OVER_QUOTA
 
 
 def test_non_preemptible_job_within_deserved_quota_binds() -> None:
@@ -399,7 +402,7 @@ def test_node_selector_and_affinity_filter_nodes_when_predicates_are_on() -> Non
     # binpack prefers "big" (2 free GPUs) over "small" (4 free); only the unconstrained pod goes there
     plan = run_cycle(state)
     assert binds(plan) == {"free-0": "big", "sel-0": "small", "aff-0": "small", "anti-0": "small"}
-    assert "affinity" in plan.pending_reasons["nowhere"]
+    assert "affinity" in plan.pending_reasons["nowhere"].message
 
 
 def test_affinity_is_ignored_without_the_predicates_plugin() -> None:
@@ -462,7 +465,7 @@ def test_pod_larger_than_any_node_gets_a_pre_predicate_reason() -> None:
     state = cluster().node("a", gpus=4).node("b", gpus=2).queue("q").job("huge", queue="q", gpus=8).build()
     plan = run_cycle(state)
     assert plan.binds == []
-    assert "largest node" in plan.pending_reasons["huge"]
+    assert "largest node" in plan.pending_reasons["huge"].message
 
 
 # ---------------------------------------------------------------------- pending reasons
@@ -486,10 +489,12 @@ def test_every_job_with_a_pending_pod_gets_a_reason() -> None:
     still_pending = {job for (job, _), task in plan.tasks.items() if task.status == S.PENDING}
     assert still_pending == {"too-big-gang", "over-limit", "not-ready", "elastic"}
     assert set(plan.pending_reasons) == still_pending
-    assert all(reason.strip() for reason in plan.pending_reasons.values())
-    assert "gang needs 5" in plan.pending_reasons["too-big-gang"]
-    assert "other" in plan.pending_reasons["over-limit"]
-    assert "not enough pods" in plan.pending_reasons["not-ready"]
+    assert all(reason.message.strip() for reason in plan.pending_reasons.values())
+    assert "gang needs 5" in plan.pending_reasons["too-big-gang"].message
+    assert "other" in plan.pending_reasons["over-limit"].message
+    assert "not enough pods" in plan.pending_reasons["not-ready"].message
+    assert plan.pending_reasons["not-ready"].cause == PendingCause.NOT_READY
+    assert plan.pending_reasons["too-big-gang"].cause == PendingCause.NO_ROOM
 
 
 # ---------------------------------------------------------------------- more GPU sharing and capacity cases
@@ -563,7 +568,7 @@ def test_job_level_capacity_check_uses_the_largest_gpu_memory() -> None:
     )
     plan = run_cycle(state)
     assert plan.binds == []
-    assert "0.13" in plan.pending_reasons["m"]
+    assert "0.13" in plan.pending_reasons["m"].message
 
 
 def test_example_6_variant_limit_is_checked_before_non_preemptible_quota() -> None:
@@ -575,7 +580,7 @@ def test_example_6_variant_limit_is_checked_before_non_preemptible_quota() -> No
         .job("build", queue="q", gpus=1, priority=100)
         .build()
     )
-    reason = run_cycle(state).pending_reasons["build"]
+    reason = run_cycle(state).pending_reasons["build"].message
     assert "limit" in reason and "non-preemptible" not in reason
 
 

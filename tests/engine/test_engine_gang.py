@@ -263,7 +263,7 @@ def test_gated_pods_do_not_make_a_gang_ready() -> None:
     )
     plan = run_cycle(state)
     assert plan.binds == []
-    assert "not enough pods" in plan.pending_reasons["j"]
+    assert "not enough pods" in plan.pending_reasons["j"].message
 
 
 def test_optional_member_with_fewer_pods_grows_first() -> None:

@@ -116,5 +116,5 @@ def test_preemption_delay_holds_the_preemptor_back_until_it_elapses() -> None:
     waiting = run_cycle(preempt_scenario(started=100.0, delay=60.0), config(actions=("preempt",)))
     elapsed = run_cycle(preempt_scenario(started=100.0, delay=5.0), config(actions=("preempt",)))
     assert waiting.evictions == []
-    assert "preemption delay" in waiting.pending_reasons["high"]
+    assert "preemption delay" in waiting.pending_reasons["high"].message
     assert [e.task for e in elapsed.evictions] == ["low-0"]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from builders import cluster, run_cycle
+from builders import cluster, config, run_cycle
 
+from kai_ray.engine.reasons import EvictionCause
 from kai_ray.model.objects import TaskStatus
 
 pytestmark = pytest.mark.unit
@@ -56,3 +57,26 @@ def test_same_job_name_in_two_namespaces_stays_two_jobs_in_the_plan() -> None:
     statuses = sorted(task.status for task in plan.tasks.values())
     assert statuses == sorted([S.ALLOCATED, S.PENDING])
     assert [key for key in plan.pending_reasons if "team-b" in str(key)]
+
+
+def test_reclaim_records_its_cause_the_preemptor_and_the_placing_action() -> None:
+    """Backends read the eviction's cause and preemptor and the bind's action, never message text."""
+    state = (
+        cluster()
+        .node("n1", gpus=2)
+        .queue("owner", gpu_quota=2)
+        .queue("borrower", gpu_quota=0)
+        .job("borrowed", queue="borrower", gpus=2, status=S.RUNNING, node="n1")
+        .job("rightful", queue="owner", gpus=2)
+        .build()
+    )
+    plan = run_cycle(state, config(actions=("allocate", "reclaim")))
+    assert [(e.job, e.reason.cause, e.reason.preemptor) for e in plan.evictions] == [
+        ("borrowed", EvictionCause.RECLAIM, "rightful")
+    ]
+    assert [(b.job, b.action) for b in plan.pipelined] == [("rightful", "reclaim")]
+
+
+def test_allocate_is_named_as_the_action_of_its_binds() -> None:
+    plan = run_cycle(cluster().node("n1", gpus=1).queue("q").job("j", queue="q", gpus=1).build())
+    assert [(b.job, b.action) for b in plan.binds] == [("j", "allocate")]

@@ -21,6 +21,7 @@ from random_clusters import (
     with_arrivals,
 )
 
+from kai_ray.engine.reasons import EvictionCause
 from kai_ray.model.objects import ACTIVE_ALLOCATED
 from kai_ray.model.resources import EPSILON
 
@@ -43,7 +44,7 @@ def test_a_full_cycle_keeps_kai_invariants(
 
     jobs = {job.key: job for job in session.jobs}
     for eviction in plan.evictions:
-        if eviction.reason.startswith(("reclaimed", "preempted")):
+        if eviction.reason.cause in (EvictionCause.RECLAIM, EvictionCause.PREEMPT):
             assert jobs[eviction.job].spec.preemptible, (
                 f"non-preemptible {eviction.job} evicted: {eviction.reason}"
             )

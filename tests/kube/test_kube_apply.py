@@ -28,13 +28,13 @@ from kai_ray.cluster.kube.status import (
     PodGroupRef,
     StatusWriter,
     desired_conditions,
-    explanation_reason,
     queue_usage_from_book,
     write_podgroup_status,
     write_queue_status,
 )
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Bind, Eviction, Plan, TaskState
+from kai_ray.engine.reasons import EvictionCause, EvictionReason, PendingCause, PendingReason
 from kai_ray.model.objects import (
     ClusterState,
     JobSpec,
@@ -303,7 +303,8 @@ def test_eviction_removes_the_pod_and_explains_on_the_podgroup(
     core.create_namespaced_pod(namespace, make_pod("v-0", gpus=1, node=NODE_A, podgroup="victims"))
     wait_for("victim Running", lambda: running_on(core, namespace, "v-0", NODE_A))
     reason = "reclaimed for queue team-b, job team-b/train"
-    plan = Plan(evictions=[Eviction(f"{namespace}/victims", "v-0", NODE_A, reason)])
+    cause = EvictionReason(EvictionCause.RECLAIM, reason, "team-b/train")
+    plan = Plan(evictions=[Eviction(f"{namespace}/victims", "v-0", NODE_A, cause)])
 
     result = apply_plan(core.api_client, plan)
 
@@ -324,6 +325,9 @@ def test_eviction_removes_the_pod_and_explains_on_the_podgroup(
     assert again.ok and again.already_gone == [f"{namespace}/v-0"]
 
 
+PREEMPTED_BY_X = EvictionReason(EvictionCause.PREEMPT, "preempted by x", "ns/x")
+
+
 def test_eviction_falls_back_to_delete_when_the_eviction_api_refuses(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tidy: None
 ) -> None:
@@ -342,7 +346,7 @@ def test_eviction_falls_back_to_delete_when_the_eviction_api_refuses(
     client.PolicyV1Api(core.api_client).create_namespaced_pod_disruption_budget(namespace, pdb)
 
     result = apply_plan(
-        core.api_client, Plan(evictions=[Eviction(f"{namespace}/guarded", "g-0", NODE_B, "preempted by x")])
+        core.api_client, Plan(evictions=[Eviction(f"{namespace}/guarded", "g-0", NODE_B, PREEMPTED_BY_X)])
     )
 
     assert result.ok, result.errors
@@ -381,7 +385,10 @@ def test_pending_job_gets_condition_and_events_until_it_is_scheduled(
     key = f"{namespace}/big"
     reason = "gang needs 2 more pods together, only 1 fit: no node has 8 idle GPUs"
     pending = TaskState(TaskStatus.PENDING, None, (), 0.0)
-    plan = Plan(pending_reasons={key: reason}, tasks={(key, "big-0"): pending, (key, "big-1"): pending})
+    plan = Plan(
+        pending_reasons={key: PendingReason(PendingCause.NO_ROOM, reason)},
+        tasks={(key, "big-0"): pending, (key, "big-1"): pending},
+    )
     writer = StatusWriter(core.api_client)
 
     first = writer.write_podgroup_status(plan)
@@ -412,7 +419,8 @@ def test_pending_job_gets_condition_and_events_until_it_is_scheduled(
 
     # A new reason: a new condition (transition id + 1) and a new Event.
     other = "queue default-queue gpu limit 8 would be exceeded (0 in use + 16 requested)"
-    changed = writer.write_podgroup_status(Plan(pending_reasons={key: other}, tasks=plan.tasks))
+    over_limit = PendingReason(PendingCause.OVER_LIMIT, other)
+    changed = writer.write_podgroup_status(Plan(pending_reasons={key: over_limit}, tasks=plan.tasks))
     assert changed.conditions_set == [key]
     condition = get_podgroup(custom, namespace, "big")["status"]["schedulingConditions"][-1]
     assert (condition["transitionID"], condition["reasons"][0]["reason"]) == ("2", "OverLimit")
@@ -517,28 +525,17 @@ def test_bind_request_leaves_out_label_values_kubernetes_would_reject() -> None:
 
 def test_scheduling_conditions_keep_one_entry_per_pool_with_the_current_last() -> None:
     now = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
-    first = desired_conditions([], "default", "no room", now)
+    no_room = [PendingReason(PendingCause.NO_ROOM, "no room")]
+    first = desired_conditions([], "default", no_room, now)
     assert first is not None and first[0]["transitionID"] == "1"
     assert first[0]["lastTransitionTime"] == "2026-01-02T03:04:05Z"
-    assert desired_conditions(first, "default", "no room", now) is None  # unchanged: no write
-    other_pool = desired_conditions(first, "pool-b", "no room", now)
+    assert desired_conditions(first, "default", no_room, now) is None  # unchanged: no write
+    other_pool = desired_conditions(first, "pool-b", no_room, now)
     assert other_pool is not None and [c["nodePool"] for c in other_pool] == ["default", "pool-b"]
-    back = desired_conditions(other_pool, "default", "still no room", now)
+    still = [PendingReason(PendingCause.NO_ROOM, "still no room")]
+    back = desired_conditions(other_pool, "default", still, now)
     assert back is not None and [c["nodePool"] for c in back] == ["pool-b", "default"]
     assert back[-1]["transitionID"] == "3"
-
-
-def test_explanation_reasons_map_to_kai_codes() -> None:
-    assert explanation_reason("queue q gpu limit 8 would be exceeded (8 in use + 1 requested)") == "OverLimit"
-    assert (
-        explanation_reason("queue q gpu quota for non-preemptible jobs 2 would be exceeded (2 in use + 1)")
-        == "NonPreemptibleOverQuota"
-    )
-    assert (
-        explanation_reason("preemption delay has not elapsed, so it may not evict others yet")
-        == "PreemptionDelayNotElapsed"
-    )
-    assert explanation_reason("pod p: 0 of 2 nodes fit") == "Unable to schedule podgroup"
 
 
 def test_queue_usage_from_book_writes_kai_quantities() -> None:

@@ -337,10 +337,10 @@ class _Applier:
             self.result.add("deleted", who)
         self.result.add("evicted", who)
         message = f"Pod {who} was evicted: {eviction.reason}"
-        annotations = {"num-evicted-pods": str(gang_size)}
-        action = _action_type(eviction.reason)
-        if action:
-            annotations["evictor-action-type"] = action
+        annotations = {
+            "num-evicted-pods": str(gang_size),
+            "evictor-action-type": eviction.reason.cause.value,
+        }
         self._event(
             ObjectRef.podgroup(namespace, podgroup, self._podgroup_uid(namespace, podgroup)),
             "Normal",
@@ -415,20 +415,6 @@ class _Applier:
         if sent:
             self.result.add("events", 1)
         return sent
-
-
-def _action_type(reason: str) -> str | None:
-    """KAI's ``evictor-action-type`` Event annotation, recovered from the engine's reason text."""
-    text = reason.lower()
-    for prefix, action in (
-        ("preempt", "preempt"),
-        ("reclaim", "reclaim"),
-        ("consolidation", "consolidation"),
-        ("stale gang", "stalegangeviction"),
-    ):
-        if text.startswith(prefix):
-            return action
-    return None
 
 
 def apply_plan(

@@ -42,6 +42,7 @@ from kai_ray.cluster.kube.status import (
     desired_conditions,
     now_utc,
 )
+from kai_ray.engine.reasons import PendingCause, PendingReason
 
 __all__ = [
     "INVALID_OBJECT",
@@ -55,9 +56,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-INVALID_OBJECT: Final = "InvalidObject"
+INVALID_OBJECT: Final = PendingCause.INVALID.value
 """Event reason for an object the scheduler cannot interpret and therefore skips."""
-QUEUE_DOES_NOT_EXIST: Final = "QueueDoesNotExist"
+QUEUE_DOES_NOT_EXIST: Final = PendingCause.QUEUE_DOES_NOT_EXIST.value
 """KAI's condition reason for a PodGroup whose queue is missing (§13.2)."""
 OWN_REASONS: Final = frozenset({INVALID_OBJECT, QUEUE_DOES_NOT_EXIST})
 """Condition reasons only this reporter writes; conditions made of them are its to clear."""
@@ -149,16 +150,13 @@ class ProblemReporter:
     def _condition(self, group: dict[str, Any], problems: list[ManifestProblem]) -> None:
         ref = PodGroupRef.from_object(group, NODE_POOL_LABEL)
         key = (ref.namespace, ref.name)
-        reasons = [{"reason": _reason(p), "message": problem_text(p)} for p in problems]
-        reasons = list({r["message"]: r for r in reasons}.values())
-        message = "; ".join(r["message"] for r in reasons)
+        reasons = list({problem_text(p): _reason(p) for p in problems}.values())
+        message = "; ".join(r.message for r in reasons)
         if self._conditions.get(key) == message:
             return  # written already; the cache may just not have seen our patch yet
-        conditions = desired_conditions(ref.scheduling_conditions, ref.node_pool, message, now_utc())
-        if conditions is not None:
-            conditions[-1]["reasons"] = reasons
-            if not self._patch(ref, conditions):
-                return
+        conditions = desired_conditions(ref.scheduling_conditions, ref.node_pool, reasons, now_utc())
+        if conditions is not None and not self._patch(ref, conditions):
+            return
         self._conditions[key] = message
 
     def _clear_fixed(self, troubled: set[tuple[str, str]]) -> None:
@@ -187,8 +185,10 @@ class ProblemReporter:
         return True
 
 
-def _reason(problem: ManifestProblem) -> str:
-    return QUEUE_DOES_NOT_EXIST if problem.field == "spec.queue" else INVALID_OBJECT
+def _reason(problem: ManifestProblem) -> PendingReason:
+    missing_queue = problem.field == "spec.queue"
+    cause = PendingCause.QUEUE_DOES_NOT_EXIST if missing_queue else PendingCause.INVALID
+    return PendingReason(cause, problem_text(problem))
 
 
 def _is_own(condition: Any) -> bool:

@@ -51,6 +51,7 @@ from kai_ray.api.constants import (
     SCHEDULING_GROUP,
 )
 from kai_ray.engine.plan import Plan
+from kai_ray.engine.reasons import PendingReason
 from kai_ray.model.objects import ACTIVE_ALLOCATED, TaskStatus
 
 __all__ = [
@@ -64,7 +65,6 @@ __all__ = [
     "StatusResult",
     "StatusWriter",
     "desired_conditions",
-    "explanation_reason",
     "queue_usage_from_book",
     "split_job_key",
     "write_podgroup_status",
@@ -77,8 +77,6 @@ CONDITION_UNSCHEDULABLE_ON_NODE_POOL = "UnschedulableOnNodePool"
 """The only `schedulingConditions[].type` KAI writes (§13.2)."""
 REASON_UNSCHEDULABLE = "Unschedulable"
 """Deprecated-but-written `reason` of a scheduling condition, and the Event reason for pending jobs."""
-DEFAULT_PODGROUP_ERROR = "Unable to schedule podgroup"
-"""KAI's generic `UnschedulableExplanation.reason` when no specific one applies."""
 
 PODGROUP_VERSION = PODGROUP_API_VERSION.split("/")[1]
 QUEUE_VERSION = QUEUE_API_VERSION.split("/")[1]
@@ -512,24 +510,6 @@ class StatusResult(Tally):
     queues_written: list[str] = field(default_factory=list)
 
 
-def explanation_reason(message: str) -> str:
-    """KAI's machine-readable ``UnschedulableExplanation.reason`` for one of our messages.
-
-    The engine explains in prose; clients that switch on KAI's well-known reasons
-    (§13.2) get them where the prose says the same thing, else KAI's generic default.
-    """
-    text = message.lower()
-    if "preemption delay" in text:
-        return "PreemptionDelayNotElapsed"
-    if "non-preemptible" in text and ("quota" in text):
-        return "NonPreemptibleOverQuota"
-    if " limit " in text and "exceeded" in text:
-        return "OverLimit"
-    # QueueDoesNotExist is left to `reporting.ProblemReporter`: PodGroups naming a missing
-    # queue never reach the engine, and that reporter clears conditions with its reasons.
-    return DEFAULT_PODGROUP_ERROR
-
-
 def _condition_equal(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
     """KAI's equality: type, node pool, reason, message and status (not time or transition id)."""
     if a is None:
@@ -538,19 +518,25 @@ def _condition_equal(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
 
 
 def desired_conditions(
-    current: Sequence[Mapping[str, Any]], node_pool: str, message: str, now: _dt.datetime
+    current: Sequence[Mapping[str, Any]],
+    node_pool: str,
+    reasons: Sequence[PendingReason],
+    now: _dt.datetime,
 ) -> list[dict[str, Any]] | None:
     """The new ``schedulingConditions`` list, or None when the stored one already says this.
 
     Mirrors KAI's updater: one entry per node pool; the updated pool's entry moves to the end
     (consumers read the last entry as current); ``transitionID`` is the last entry's id + 1.
+    ``reasons[]`` carries one machine-readable explanation per reason, from its cause (never
+    from the message text); ``message`` joins the messages.
     """
+    message = "; ".join(dict.fromkeys(reason.message for reason in reasons))
     condition: dict[str, Any] = {
         "type": CONDITION_UNSCHEDULABLE_ON_NODE_POOL,
         "nodePool": node_pool,
         "reason": REASON_UNSCHEDULABLE,
         "message": message,
-        "reasons": [{"reason": explanation_reason(message), "message": message}],
+        "reasons": [{"reason": r.cause.kai_reason, "message": r.message} for r in reasons],
         "status": "True",
     }
     last = current[-1] if current else None
@@ -622,7 +608,7 @@ class StatusWriter:
         self,
         key: str,
         statuses: dict[str, TaskStatus],
-        reason: str | None,
+        reason: PendingReason | None,
         podgroups: Mapping[str, PodGroupRef] | None,
         result: StatusResult,
     ) -> None:
@@ -654,7 +640,7 @@ class StatusWriter:
             result.add("errors", OperationError("write status of", obj, api_error_message(exc)))
 
     def _explain(
-        self, ref: PodGroupRef, reason: str, statuses: dict[str, TaskStatus], result: StatusResult
+        self, ref: PodGroupRef, reason: PendingReason, statuses: dict[str, TaskStatus], result: StatusResult
     ) -> None:
         key = f"{ref.namespace}/{ref.name}"
         # KAI records the Event on every pending job but leaves the condition alone while any
@@ -663,12 +649,12 @@ class StatusWriter:
             ObjectRef.podgroup(ref.namespace, ref.name, ref.uid),
             "Normal",
             REASON_UNSCHEDULABLE,
-            reason,
+            reason.message,
             dedupe=True,
         ):
             result.add("events", 1)
         if not any(s in ACTIVE_ALLOCATED for s in statuses.values()):
-            conditions = desired_conditions(ref.scheduling_conditions, ref.node_pool, reason, self.clock())
+            conditions = desired_conditions(ref.scheduling_conditions, ref.node_pool, [reason], self.clock())
             if conditions is not None:
                 self.custom.patch_status(
                     PODGROUPS,
@@ -681,7 +667,7 @@ class StatusWriter:
         if self.mark_pods:
             for pod, status in sorted(statuses.items()):
                 if status == TaskStatus.PENDING:
-                    self._mark_pod(ref, pod, reason, result)
+                    self._mark_pod(ref, pod, reason.message, result)
 
     def _mark_pod(self, ref: PodGroupRef, pod: str, message: str, result: StatusResult) -> None:
         pod_ref = ObjectRef.pod(ref.namespace, pod, ref.pod_uids.get(pod, ""))
@@ -769,7 +755,9 @@ class StatusWriter:
         result.add("queues_written", name)
 
 
-def _may_need_writing(key: str, reason: str | None, podgroups: Mapping[str, PodGroupRef] | None) -> bool:
+def _may_need_writing(
+    key: str, reason: PendingReason | None, podgroups: Mapping[str, PodGroupRef] | None
+) -> bool:
     """False for a job `_write_job` would leave alone: placed, known, and carrying no condition.
 
     The plan names every job, running ones included, so on a busy cluster this keeps a cycle

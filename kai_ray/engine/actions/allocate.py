@@ -11,6 +11,7 @@ from kai_ray.engine.allocation import allocate_job
 from kai_ray.engine.gang import should_pipeline
 from kai_ray.engine.job_queue import JobQueue
 from kai_ray.engine.jobs import Job
+from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.engine.session import Session
 from kai_ray.engine.statement import Statement
 from kai_ray.model.objects import QUEUE_CHARGING
@@ -22,7 +23,8 @@ def pending_ready_jobs(session: Session) -> list[Job]:
         if not job.pending_tasks():
             continue
         if not job.ready():
-            session.note_reason(job, "not enough pods exist yet to meet the gang minimum")
+            reason = "not enough pods exist yet to meet the gang minimum"
+            session.note_reason(job, PendingReason(PendingCause.NOT_READY, reason))
             continue
         jobs.append(job)
     return jobs

@@ -9,6 +9,7 @@ from __future__ import annotations
 from kai_ray.engine.actions.victim_action import run_victim_action
 from kai_ray.engine.gang import tasks_to_allocate
 from kai_ray.engine.jobs import Job, Task
+from kai_ray.engine.reasons import EvictionCause, EvictionReason
 from kai_ray.engine.session import Session
 from kai_ray.engine.solver import Outcome, VictimPolicy, free_gpu_capacity
 from kai_ray.model.objects import ACTIVE_ALLOCATED
@@ -32,9 +33,10 @@ class ConsolidationPolicy:
     def accepts(self, outcome: Outcome) -> bool:
         return len(outcome.replaced) == len(outcome.victims)
 
-    def eviction_reason(self, preemptor: Job, victim: Task) -> str:
+    def eviction_reason(self, preemptor: Job, victim: Task) -> EvictionReason:
         node = self.session.nodes.table.names[victim.node] if victim.node is not None else "another node"
-        return f"consolidation: moved to {node} to make room for job {preemptor.name}"
+        message = f"consolidation: moved to {node} to make room for job {preemptor.name}"
+        return EvictionReason(EvictionCause.CONSOLIDATION, message, preemptor.key)
 
 
 def _make_policy(session: Session, job: Job) -> VictimPolicy | None:

@@ -6,6 +6,7 @@ from kai_ray.engine.actions.victim_action import run_victim_action
 from kai_ray.engine.gang import tasks_to_allocate
 from kai_ray.engine.jobs import Job, Task
 from kai_ray.engine.minruntime import MinRuntime
+from kai_ray.engine.reasons import EvictionCause, EvictionReason
 from kai_ray.engine.session import Session
 from kai_ray.engine.solver import Outcome, VictimPolicy
 from kai_ray.model.objects import ACTIVE_ALLOCATED
@@ -30,11 +31,12 @@ class PreemptPolicy:
         runtimes = {t.job: self.min_runtime.preempt_runtime(t.job) for t in outcome.victims}
         return self.min_runtime.allows(outcome.evicted(), runtimes)
 
-    def eviction_reason(self, preemptor: Job, victim: Task) -> str:
-        return (
+    def eviction_reason(self, preemptor: Job, victim: Task) -> EvictionReason:
+        message = (
             f"preempted by higher priority job {preemptor.name} "
             f"(priority {preemptor.spec.priority} > {victim.job.spec.priority})"
         )
+        return EvictionReason(EvictionCause.PREEMPT, message, preemptor.key)
 
 
 def _make_policy(session: Session, job: Job) -> VictimPolicy | None:

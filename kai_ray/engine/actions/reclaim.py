@@ -15,6 +15,7 @@ from kai_ray.engine.actions.victim_action import run_victim_action
 from kai_ray.engine.gang import tasks_to_allocate
 from kai_ray.engine.jobs import Job, Task
 from kai_ray.engine.minruntime import MinRuntime
+from kai_ray.engine.reasons import EvictionCause, EvictionReason, PendingCause, PendingReason
 from kai_ray.engine.session import Session
 from kai_ray.engine.solver import Outcome, VictimPolicy
 from kai_ray.model.objects import ACTIVE_ALLOCATED, UNLIMITED
@@ -137,8 +138,9 @@ class ReclaimPolicy:
         names = self.book.children[parent] if parent is not None else self.book.top_level()
         return [self.book.index[n] for n in names if self.book.index[n] != row]
 
-    def eviction_reason(self, preemptor: Job, victim: Task) -> str:
-        return f"reclaimed for queue {preemptor.queue}, job {preemptor.name}"
+    def eviction_reason(self, preemptor: Job, victim: Task) -> EvictionReason:
+        message = f"reclaimed for queue {preemptor.queue}, job {preemptor.name}"
+        return EvictionReason(EvictionCause.RECLAIM, message, preemptor.key)
 
 
 def _ratio(value: float, share: float) -> float:
@@ -177,12 +179,14 @@ def _make_policy(session: Session, job: Job) -> VictimPolicy | None:
     request = session.fairness_request(tasks_to_allocate(session, job), session.min_gpu_memory)
     row = book.index[job.queue]
     if not _within(book.allocated[row] + request, np.maximum(book.fair_share[row], 0.0)):
-        session.note_reason(job, f"queue {job.queue} would exceed its fair share, so it may not reclaim")
+        reason = f"queue {job.queue} would exceed its fair share, so it may not reclaim"
+        session.note_reason(job, PendingReason(PendingCause.OVER_FAIR_SHARE, reason))
         return None
     if not job.spec.preemptible and not _within(
         book.allocated_non_preemptible[row] + request, book.deserved[row]
     ):
-        session.note_reason(job, f"queue {job.queue} has no deserved quota left for a non-preemptible job")
+        reason = f"queue {job.queue} has no deserved quota left for a non-preemptible job"
+        session.note_reason(job, PendingReason(PendingCause.NON_PREEMPTIBLE_OVER_QUOTA, reason))
         return None
     return ReclaimPolicy(session, job, request)
 

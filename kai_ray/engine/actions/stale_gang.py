@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kai_ray.engine.jobs import Job
+from kai_ray.engine.reasons import EvictionCause, EvictionReason
 from kai_ray.engine.session import Session
 from kai_ray.engine.statement import Statement
 from kai_ray.model.objects import ACTIVE_ALLOCATED, ACTIVE_USED, TaskStatus
@@ -38,7 +39,6 @@ def _evict_gang(session: Session, job: Job, stale_for: float) -> None:
     for task in job.tasks:
         if task.status in ACTIVE_ALLOCATED:
             statement.evict(task)
-            session.eviction_reasons[task.uid] = (
-                f"stale gang: {running} of {needed} running for {stale_for:g} s"
-            )
+            message = f"stale gang: {running} of {needed} running for {stale_for:g} s"
+            session.eviction_reasons[task.uid] = EvictionReason(EvictionCause.STALE_GANG, message)
     statement.commit()

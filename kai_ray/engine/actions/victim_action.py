@@ -8,6 +8,7 @@ from kai_ray.engine.actions.allocate import pending_ready_jobs
 from kai_ray.engine.gang import tasks_to_allocate
 from kai_ray.engine.job_queue import JobQueue
 from kai_ray.engine.jobs import Job
+from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.engine.session import Session
 from kai_ray.engine.solver import SearchBudget, VictimPolicy, solve
 
@@ -27,7 +28,8 @@ def run_victim_action(session: Session, make_policy: PolicyFactory, eligible: Ca
     jobs = []
     for job in pending_ready_jobs(session):
         if in_preemption_delay(session, job):
-            session.note_reason(job, "preemption delay has not elapsed, so it may not evict others yet")
+            reason = "preemption delay has not elapsed, so it may not evict others yet"
+            session.note_reason(job, PendingReason(PendingCause.PREEMPTION_DELAY, reason))
             continue
         if eligible(job):
             jobs.append(job)

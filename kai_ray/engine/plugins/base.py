@@ -15,6 +15,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task
+    from kai_ray.engine.reasons import PendingReason
     from kai_ray.engine.session import Session
 
 OrderKey = tuple[float | str, ...]
@@ -71,11 +72,11 @@ class Plugin:
     def gpu_score(self, used_fraction: float, whole_device: bool) -> float | None:
         return None
 
-    def job_capacity_problem(self, job: Job, tasks: list[Task]) -> str | None:
+    def job_capacity_problem(self, job: Job, tasks: list[Task]) -> PendingReason | None:
         """Why allocating these tasks would break a queue rule, or None."""
         return None
 
-    def non_preemptible_quota_problem(self, job: Job, tasks: list[Task]) -> str | None:
+    def non_preemptible_quota_problem(self, job: Job, tasks: list[Task]) -> PendingReason | None:
         """Why a non-preemptible job may not grow past its queues' deserved quota (§13)."""
         return None
 

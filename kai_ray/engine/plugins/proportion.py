@@ -10,6 +10,7 @@ import numpy as np
 
 from kai_ray.engine.jobs import Job, Task
 from kai_ray.engine.plugins.base import OrderKey, Plugin
+from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.model.objects import UNLIMITED
 from kai_ray.model.resources import EPSILON, FAIRNESS_RESOURCES
 
@@ -69,28 +70,30 @@ class ProportionPlugin(Plugin):
             terms.append(used * ZERO_SHARE_PENALTY if bound == 0 else used / bound)
         return max(terms, default=0.0)
 
-    def job_capacity_problem(self, job: Job, tasks: list[Task]) -> str | None:
+    def job_capacity_problem(self, job: Job, tasks: list[Task]) -> PendingReason | None:
         vector = self.session.fairness_request(tasks, self.session.max_gpu_memory)
         return self._capacity_problem(job, vector)
 
-    def non_preemptible_quota_problem(self, job: Job, tasks: list[Task]) -> str | None:
+    def non_preemptible_quota_problem(self, job: Job, tasks: list[Task]) -> PendingReason | None:
         vector = self.session.fairness_request(tasks, self.session.max_gpu_memory)
         return self._quota_problem(job, vector)
 
     def node_capacity_problem(self, task: Task, accepted_gpus: float) -> str | None:
         vector = np.array([task.spec.cpu_millis, task.spec.memory, accepted_gpus])
-        return self._capacity_problem(task.job, vector)
+        problem = self._capacity_problem(task.job, vector)
+        return None if problem is None else problem.message
 
-    def _capacity_problem(self, job: Job, vector: np.ndarray) -> str | None:
+    def _capacity_problem(self, job: Job, vector: np.ndarray) -> PendingReason | None:
         book = self.session.queues
         for row in book.chains[job.queue]:
             limit = book.limit[row]
             over = (limit != UNLIMITED) & (vector > 0) & (book.allocated[row] + vector > limit + EPSILON)
             if over.any():
-                return _describe(book.names[row], "limit", over, book.allocated[row], vector, limit)
+                message = _describe(book.names[row], "limit", over, book.allocated[row], vector, limit)
+                return PendingReason(PendingCause.OVER_LIMIT, message)
         return self._quota_problem(job, vector)
 
-    def _quota_problem(self, job: Job, vector: np.ndarray) -> str | None:
+    def _quota_problem(self, job: Job, vector: np.ndarray) -> PendingReason | None:
         if job.spec.preemptible:
             return None
         book = self.session.queues
@@ -99,9 +102,10 @@ class ProportionPlugin(Plugin):
             used = book.allocated_non_preemptible[row]
             over = (deserved != UNLIMITED) & (vector > 0) & (used + vector > deserved + EPSILON)
             if over.any():
-                return _describe(
+                message = _describe(
                     book.names[row], "quota for non-preemptible jobs", over, used, vector, deserved
                 )
+                return PendingReason(PendingCause.NON_PREEMPTIBLE_OVER_QUOTA, message)
         return None
 
 

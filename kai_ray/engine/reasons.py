@@ -1,0 +1,119 @@
+"""Why a pod is evicted and why a job waits, as types a backend can switch on.
+
+The engine explains itself in prose for people; backends and metrics need
+to act on the same explanation (an Event annotation, a metric label, KAI's
+machine-readable `UnschedulableExplanation.reason`).  Recovering that from
+the prose would break the first time a message is reworded, so every
+explanation carries its cause as an enum next to its message.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = [
+    "GENERIC_KAI_REASON",
+    "SPECIFIC_CAUSES",
+    "EvictionCause",
+    "EvictionReason",
+    "PendingCause",
+    "PendingReason",
+    "main_cause",
+]
+
+GENERIC_KAI_REASON = "Unable to schedule podgroup"
+"""KAI's `UnschedulableExplanation.reason` when no specific one applies (§13.2)."""
+
+
+class EvictionCause(enum.StrEnum):
+    """The action that evicted a pod; the values are KAI's action names (`evictor-action-type`)."""
+
+    RECLAIM = "reclaim"
+    PREEMPT = "preempt"
+    CONSOLIDATION = "consolidation"
+    STALE_GANG = "stalegangeviction"
+
+
+@dataclass(frozen=True)
+class EvictionReason:
+    """`preemptor` is the key of the job the room is made for (None for stale gangs)."""
+
+    cause: EvictionCause
+    message: str
+    preemptor: str | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class PendingCause(enum.StrEnum):
+    """Why a job still waits.  Values that KAI also uses are spelled as KAI spells them."""
+
+    NOT_READY = "NotReady"
+    """Fewer pods exist than the gang minimum."""
+    NO_ROOM = "NoRoom"
+    """No placement for the gang: nodes lack free resources or fail its constraints."""
+    OVER_LIMIT = "OverLimit"
+    NON_PREEMPTIBLE_OVER_QUOTA = "NonPreemptibleOverQuota"
+    PREEMPTION_DELAY = "PreemptionDelayNotElapsed"
+    OVER_FAIR_SHARE = "OverFairShare"
+    """Its queue is at its fair share, so it may not take resources from others."""
+    NOT_REACHED = "NotReached"
+    """Earlier jobs took the capacity, or its queue's turn did not come this cycle."""
+    QUEUE_DOES_NOT_EXIST = "QueueDoesNotExist"
+    INVALID = "InvalidObject"
+    """The PodGroup (or its tree) cannot be interpreted; it is skipped."""
+    EVICTION_BLOCKED = "EvictionBlocked"
+    """A victim it needs could not be evicted (a PodDisruptionBudget said no)."""
+
+    @property
+    def kai_reason(self) -> str:
+        """The `UnschedulableExplanation.reason` written for this cause.
+
+        KAI's own reasons where it has one; KAI's generic reason for "it did not fit" in
+        its various forms; our own names for what KAI does not report this way (clients
+        must tolerate new reasons, §13.2).
+        """
+        return GENERIC_KAI_REASON if self in _GENERIC else self.value
+
+
+_GENERIC = frozenset(
+    {
+        PendingCause.NOT_READY,
+        PendingCause.NO_ROOM,
+        PendingCause.OVER_FAIR_SHARE,
+        PendingCause.NOT_REACHED,
+    }
+)
+
+SPECIFIC_CAUSES = frozenset(
+    {
+        PendingCause.NOT_READY,
+        PendingCause.OVER_LIMIT,
+        PendingCause.NON_PREEMPTIBLE_OVER_QUOTA,
+        PendingCause.PREEMPTION_DELAY,
+        PendingCause.QUEUE_DOES_NOT_EXIST,
+        PendingCause.INVALID,
+        PendingCause.EVICTION_BLOCKED,
+    }
+)
+"""Causes that say more than "it did not fit": when several actions explain a job, these win."""
+
+
+@dataclass(frozen=True)
+class PendingReason:
+    cause: PendingCause
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def main_cause(causes: Iterable[PendingCause]) -> PendingCause:
+    """The cause to report when several actions explained one job: the first specific one, else the first."""
+    ordered = list(causes)
+    if not ordered:
+        return PendingCause.NOT_REACHED
+    return next((cause for cause in ordered if cause in SPECIFIC_CAUSES), ordered[0])
