@@ -15,12 +15,12 @@ from kai_ray.api.config import SchedulerConfig
 from kai_ray.bench.emit import write_scenario
 from kai_ray.bench.runner import run_shape
 from kai_ray.bench.shapes import build_shape
-from kai_ray.cluster.sim.manifests import cluster_from_manifests
 from kai_ray.cluster.sim.scenario import ScenarioError, is_scenario_file, load_scenario
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
 from kai_ray.distributed.executor import Executor
 from kai_ray.report.scenario_json import render_json
 from kai_ray.report.table import render_table
+from kai_ray.translate import cluster_from_manifests
 
 app = typer.Typer(help="kai-ray: a Ray-native, KAI-compatible GPU scheduler.", no_args_is_help=True)
 

@@ -8,7 +8,6 @@ tasks, because gang rules (§8) count tasks per pod set constantly.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -63,22 +62,13 @@ class Task:
 
     def gpu_memory_per_device(self, node_gpu_memory: float) -> float:
         """MiB this task takes on each shared device of a node with that GPU memory."""
-        if self.spec.gpu_memory_mib > 0 and not 0 < self.spec.gpu < 1:
-            return float(self.spec.gpu_memory_mib)
-        return self.spec.gpu * node_gpu_memory
+        return self.spec.gpu_memory_per_device(node_gpu_memory)
 
     def gpu_portion(self, node_gpu_memory: float) -> float:
-        """The GPU fraction per device this task is granted on such a node (§17)."""
-        if 0 < self.spec.gpu < 1:
-            return self.spec.gpu
-        if self.spec.gpu_memory_mib > 0:
-            return math.ceil(round(self.spec.gpu_memory_mib / node_gpu_memory * 100, 9)) / 100
-        return self.spec.gpu
+        return self.spec.gpu_portion(node_gpu_memory)
 
     def accepted_gpus(self, node_gpu_memory: float) -> float:
-        if self.is_shared_gpu:
-            return self.gpu_portion(node_gpu_memory) * self.spec.gpu_devices
-        return self.spec.gpu
+        return self.spec.accepted_gpus(node_gpu_memory)
 
 
 @dataclass(eq=False)

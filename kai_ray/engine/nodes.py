@@ -4,17 +4,20 @@ Follows KAI's bookkeeping (§1.4, §17): a task on a node takes its request
 from Idle, or moves it to Releasing while it is being evicted, or takes it
 out of Releasing when it is pipelined. A shared GPU (a "group") holds one
 whole device while anything runs on it; its memory is tracked per group.
+Pods the session does not schedule (`HeldPod`) are charged the same way once,
+at the start, and never released.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from kai_ray.distributed import kernels
-from kai_ray.engine.jobs import Task
-from kai_ray.model.objects import OCCUPYING, TaskStatus
+from kai_ray.engine.jobs import Task, task_request
+from kai_ray.model.objects import OCCUPYING, HeldPod, TaskSpec, TaskStatus
 from kai_ray.model.resources import EPSILON, GPU
 from kai_ray.model.snapshot import NodeTable
 
@@ -67,12 +70,20 @@ class GpuGroup:
 class NodeState:
     """Idle/releasing per node row, plus shared GPU groups."""
 
-    def __init__(self, table: NodeTable) -> None:
+    def __init__(self, table: NodeTable, held: Sequence[HeldPod] = ()) -> None:
         self.table = table
         self.idle = table.allocatable.copy()
         self.releasing = np.zeros_like(self.idle)
         self.groups: list[dict[str, GpuGroup]] = [{} for _ in range(len(table))]
         self._new_group_counter = [0] * len(table)
+        # Held pods take negative uids, so they never collide with the session's tasks in a group.
+        for offset, pod in enumerate(held):
+            spec = pod.task
+            if spec.node is not None and spec.status in OCCUPYING:
+                row = table.index[spec.node]
+                self._charge(row, task_request(spec), spec.status, +1.0)
+                if spec.is_shared_gpu:
+                    self._apply_groups(-1 - offset, spec, spec.gpu_groups, spec.status, row, +1.0)
         self.changed_rows: list[int] = []
         """Every row touched, in order: lets cached per-row scores know what went stale."""
 
@@ -87,26 +98,37 @@ class NodeState:
             return
         row = task.node
         self.changed_rows.append(row)
-        if task.status == TaskStatus.RELEASING:
-            self.releasing[row] += sign * task.request
-            self.idle[row] -= sign * task.request
-        elif task.status == TaskStatus.PIPELINED:
-            self.releasing[row] -= sign * task.request
-        else:
-            self.idle[row] -= sign * task.request
+        self._charge(row, task.request, task.status, sign)
         if task.is_shared_gpu:
-            self._apply_groups(task, row, sign)
+            self._apply_groups(task.uid, task.spec, task.groups, task.status, row, sign)
 
-    def _apply_groups(self, task: Task, row: int, sign: float) -> None:
+    def _charge(self, row: int, request: np.ndarray, status: TaskStatus, sign: float) -> None:
+        if status == TaskStatus.RELEASING:
+            self.releasing[row] += sign * request
+            self.idle[row] -= sign * request
+        elif status == TaskStatus.PIPELINED:
+            self.releasing[row] -= sign * request
+        else:
+            self.idle[row] -= sign * request
+
+    def _apply_groups(
+        self,
+        uid: int,
+        spec: TaskSpec,
+        groups: tuple[str, ...],
+        status: TaskStatus,
+        row: int,
+        sign: float,
+    ) -> None:
         node_memory = float(self.table.gpu_memory[row])
-        mem = task.gpu_memory_per_device(node_memory)
-        for group_id in task.groups:
+        mem = spec.gpu_memory_per_device(node_memory)
+        for group_id in groups:
             group = self.groups[row].setdefault(group_id, GpuGroup(node_memory))
             before = group.device_usage()
             if sign > 0:
-                group.members[task.uid] = (mem, task.status)
+                group.members[uid] = (mem, status)
             else:
-                group.members.pop(task.uid, None)
+                group.members.pop(uid, None)
             after = group.device_usage()
             self.idle[row, GPU] += after[0] - before[0]
             self.releasing[row, GPU] += after[1] - before[1]

@@ -40,7 +40,7 @@ class Session:
         self.config = config
         self.executor: Executor = executor or LocalExecutor()
         self.now = snapshot.now
-        self.nodes = NodeState(snapshot.nodes)
+        self.nodes = NodeState(snapshot.nodes, snapshot.held)
         self._all_rows = np.arange(len(snapshot.nodes))
         self.queues = QueueBook(snapshot)
         self.jobs: list[Job] = []
@@ -134,10 +134,18 @@ class Session:
     def _fairness_totals(self) -> np.ndarray:
         table = self.snapshot.nodes
         ready = table.allocatable[table.schedulable]
-        return np.array([ready[:, CPU].sum(), ready[:, MEMORY].sum(), ready[:, GPU].sum()])
+        totals = np.array([ready[:, CPU].sum(), ready[:, MEMORY].sum(), ready[:, GPU].sum()])
+        for pod in self.snapshot.held:
+            row = table.index[pod.task.node] if pod.task.node is not None else None
+            if pod.foreign and row is not None and table.schedulable[row]:
+                task = pod.task
+                totals -= (task.cpu_millis, task.memory, task.accepted_gpus(float(table.gpu_memory[row])))
+        remaining: np.ndarray = np.maximum(totals, 0.0)
+        return remaining
 
     def fairness_totals(self) -> np.ndarray:
-        """Cluster capacity queues divide (§6.1): allocatable of the ready nodes."""
+        """Cluster capacity queues divide (§6.1): allocatable of the ready nodes, less what
+        other schedulers' pods hold on them."""
         return self._fairness_totals
 
     def placed_fairness(self, task: Task, node: int) -> np.ndarray:

@@ -11,6 +11,7 @@ Kubernetes and scenario specifics is what lets one engine serve all backends.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 UNLIMITED = -1.0
@@ -151,6 +152,26 @@ class TaskSpec:
         """Fractional and GPU-memory requests go through the GPU-sharing path."""
         return self.gpu_memory_mib > 0 or 0.0 < self.gpu < 1.0
 
+    def gpu_memory_per_device(self, node_gpu_memory: float) -> float:
+        """MiB this pod takes on each shared device of a node with that GPU memory."""
+        if self.gpu_memory_mib > 0 and not 0 < self.gpu < 1:
+            return float(self.gpu_memory_mib)
+        return self.gpu * node_gpu_memory
+
+    def gpu_portion(self, node_gpu_memory: float) -> float:
+        """The GPU fraction per device this pod is granted on such a node (§17)."""
+        if 0 < self.gpu < 1:
+            return self.gpu
+        if self.gpu_memory_mib > 0:
+            return math.ceil(round(self.gpu_memory_mib / node_gpu_memory * 100, 9)) / 100
+        return self.gpu
+
+    def accepted_gpus(self, node_gpu_memory: float) -> float:
+        """GPUs this pod counts for in queue accounting on such a node."""
+        if self.is_shared_gpu:
+            return self.gpu_portion(node_gpu_memory) * self.gpu_devices
+        return self.gpu
+
 
 @dataclass(frozen=True)
 class PodSetSpec:
@@ -201,6 +222,28 @@ class JobSpec:
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
 
+@dataclass(frozen=True)
+class HeldPod:
+    """A pod that holds resources on a node but is not scheduled in this cycle.
+
+    Nodes are shared: pods of other schedulers, and pods of ours that cannot be
+    interpreted (their queue or PodGroup went away, an annotation does not parse),
+    still occupy what they requested.  Forgetting them would double-book the node,
+    so they are counted on it, never placed, moved or evicted.  `task` carries the
+    request, status and node (and shared-GPU groups) in the engine's units.
+    `foreign` marks another scheduler's pod: KAI subtracts those from the capacity
+    queues divide (spec/scheduling.md §6.1).
+    """
+
+    namespace: str
+    task: TaskSpec
+    foreign: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.task.name}" if self.namespace else self.task.name
+
+
 @dataclass
 class ClusterState:
     """Everything one scheduling cycle reads. `now` is in seconds."""
@@ -209,3 +252,4 @@ class ClusterState:
     queues: list[QueueSpec] = field(default_factory=list)
     jobs: list[JobSpec] = field(default_factory=list)
     now: float = 0.0
+    held: list[HeldPod] = field(default_factory=list)

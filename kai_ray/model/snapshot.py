@@ -4,7 +4,9 @@ Nodes become rows of numpy arrays sorted by name, so node-dimension work in
 the engine is one array expression and ties break by row index (= name).
 Jobs keep their tasks as small objects because gang logic walks them one
 by one anyway. Malformed objects are dropped here, with a recorded problem,
-so the engine never sees them and never raises on them.
+so the engine never sees them and never raises on them; a dropped pod that
+sits on a node still holds what it requested there (it becomes a `HeldPod`),
+so dropping it never frees capacity it occupies.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from kai_ray.model.objects import (
+    OCCUPYING,
     ClusterState,
+    HeldPod,
     JobSpec,
     NodeSpec,
     QueueSpec,
@@ -66,6 +70,8 @@ class Snapshot:
     jobs: list[JobSpec]
     now: float
     problems: list[Problem]
+    held: list[HeldPod] = field(default_factory=list)
+    """Pods on this snapshot's nodes that hold resources but are not scheduled (see `HeldPod`)."""
 
     def is_leaf(self, queue: str) -> bool:
         return queue in self.queues and not self.children[queue]
@@ -107,9 +113,24 @@ def compile_snapshot(state: ClusterState) -> Snapshot:
     for queue in sorted(queues.values(), key=lambda q: (q.created, q.name)):
         if queue.parent is not None:
             children[queue.parent].append(queue.name)
-    checked = (_valid_job(job, queues, children, table, problems) for job in state.jobs)
-    jobs = [job for job in checked if job is not None]
-    return Snapshot(table, queues, children, jobs, state.now, problems)
+    held = [pod for pod in state.held if pod.task.node in table.index]
+    jobs = []
+    for job in state.jobs:
+        valid = _valid_job(job, queues, children, table, problems)
+        if valid is not None:
+            jobs.append(valid)
+        held.extend(_dropped_but_placed(job, valid, table))
+    return Snapshot(table, queues, children, jobs, state.now, problems, held)
+
+
+def _dropped_but_placed(job: JobSpec, kept: JobSpec | None, nodes: NodeTable) -> list[HeldPod]:
+    """The job's pods left out of the snapshot (each with a problem) that still occupy a node."""
+    kept_names = {task.name for task in kept.tasks} if kept is not None else set()
+    return [
+        HeldPod(job.namespace, task, foreign=False)
+        for task in job.tasks
+        if task.name not in kept_names and task.node in nodes.index and task.status in OCCUPYING
+    ]
 
 
 def _unique_nodes(nodes: list[NodeSpec], problems: list[Problem]) -> list[NodeSpec]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sim_manifest_builders import base, convert, node, pod, podgroup, queue
+from manifest_builders import base, convert, node, pod, podgroup, queue
 
 from kai_ray.model.objects import (
     AffinityRequirement,

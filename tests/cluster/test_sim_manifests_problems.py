@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sim_manifest_builders import base, convert, node, pod, podgroup, queue
+from manifest_builders import base, convert, node, pod, podgroup, queue
 
 pytestmark = pytest.mark.unit
 
@@ -85,11 +85,6 @@ def annotated(**annotations: str) -> dict[str, Any]:
         (
             [pod("p", gpus=1, annotations={"gpu-fraction": "0.5"})],
             f"{POD}: metadata.annotations.gpu-fraction: cannot be combined with a nvidia.com/gpu request",
-        ),
-        (
-            [annotated(**{"kai.scheduler/preemption-delay": "soon"})],
-            f"{POD}: metadata.annotations[kai.scheduler/preemption-delay]:"
-            " invalid duration 'soon' (expected e.g. '30s', '5m', '1h30m')",
         ),
         (
             [pod("p", labels={"kai.scheduler/queue": "team-a", "kai.scheduler/task-priority": "high"})],

@@ -284,7 +284,7 @@ def test_engine_plan_applied_and_bound_end_to_end(
         wait_for(f"{pod} Running on {node}", functools.partial(running_on, core, namespace, pod, node))
     assert sorted(placed.values()) == [NODE_A, NODE_B]
     conditions = get_podgroup(custom, namespace, "frac")["status"]["schedulingConditions"]
-    assert conditions[-1]["message"] == plan.pending_reasons[f"{namespace}/frac"]
+    assert conditions[-1]["message"] == plan.pending_reasons[f"{namespace}/frac"].message
     assert status.conditions_set == [f"{namespace}/frac"]
     # Queue status from the session's own accounting.
     usage = queue_usage_from_book(session.queues)
@@ -438,7 +438,11 @@ def test_status_from_cache_refs_skips_unknown_and_unchanged_podgroups(
 ) -> None:
     create_podgroup(custom, namespace, "known")
     key = f"{namespace}/known"
-    plan = Plan(pending_reasons={key: "no room", f"{namespace}/unknown": "no room either"})
+    reasons = {
+        key: PendingReason(PendingCause.NO_ROOM, "no room"),
+        f"{namespace}/unknown": PendingReason(PendingCause.NO_ROOM, "no room either"),
+    }
+    plan = Plan(pending_reasons=reasons)
     writer = StatusWriter(core.api_client, mark_pods=False)
 
     first = writer.write_podgroup_status(

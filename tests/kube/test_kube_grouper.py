@@ -14,10 +14,12 @@ import pytest
 import yaml
 from kubernetes import client
 
+from kai_ray.api import Pod
 from kai_ray.cluster.kube.cache import ClusterCache
-from kai_ray.cluster.kube.grouper import PODGROUPER_WARNING, ensure_pod_groups, pod_group_name
+from kai_ray.cluster.kube.grouper import PODGROUPER_WARNING, ensure_pod_groups
 from kai_ray.cluster.kube.snapshot import snapshot
 from kai_ray.cluster.kube.status import EventWriter
+from kai_ray.translate import bare_pod_group_name
 
 pytestmark = pytest.mark.kube
 
@@ -102,7 +104,7 @@ def test_one_podgroup_per_bare_pod_as_kai_names_and_fills_it(kube_api: Any, ns: 
         result = ensure_pod_groups(kube_api, cache)
 
         name = f"pg-trainer-{pod['metadata']['uid']}"
-        assert name == pod_group_name(pod)
+        assert name == bare_pod_group_name(Pod.model_validate(pod))
         assert result.created == [f"{ns.name}/{name}"]
         assert result.annotated == [f"{ns.name}/trainer"] and result.failed == []
         groups = ns.podgroups()

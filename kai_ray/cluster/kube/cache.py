@@ -20,6 +20,12 @@ Objects are kept as the API server's JSON (with `apiVersion`/`kind` filled
 in, since list items omit them, and without `managedFields`, which nothing
 here reads and which dominates an object's size). Storing the JSON text makes
 every read an independent deep copy for the price of one `json.loads`.
+
+Pods are followed twice: every pod of this scheduler, and, as `ForeignPod`,
+the pods of other schedulers that sit on a node and have not finished.  Those
+hold node resources like ours do (a node must never be offered twice), but
+only what they occupy is kept (`translate.occupancy_only`), so a cluster full
+of other workloads costs the cache little memory.
 """
 
 from __future__ import annotations
@@ -48,8 +54,9 @@ from kai_ray.api.constants import (
     SCHEDULER_NAME,
     TOPOLOGY_API_VERSION,
 )
+from kai_ray.translate import occupancy_only
 
-__all__ = ["KINDS", "RESOURCES", "CacheContents", "ClusterCache", "Resource"]
+__all__ = ["FOREIGN_POD", "KINDS", "RESOURCES", "CacheContents", "ClusterCache", "Resource"]
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +64,26 @@ ObjectKey = tuple[str, str]
 """(namespace, name); the namespace is "" for cluster-scoped kinds."""
 
 
+FOREIGN_POD: Final = "ForeignPod"
+"""The cache's name for pods of other schedulers that occupy a node (their objects say `kind: Pod`)."""
+
+
 @dataclass(frozen=True)
 class Resource:
-    """One kind the cache follows, with what is needed to list and watch it."""
+    """One kind the cache follows, with what is needed to list and watch it.
+
+    `name` is the cache's key for it; it differs from `kind` only for `ForeignPod`.
+    """
 
     kind: str
     api_version: str
     plural: str
     namespaced: bool
+    name: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.name or self.kind
 
     @property
     def group(self) -> str:
@@ -76,9 +95,10 @@ class Resource:
 
 
 RESOURCES: Final[Mapping[str, Resource]] = {
-    r.kind: r
+    r.key: r
     for r in (
         Resource("Pod", CORE_API_VERSION, "pods", namespaced=True),
+        Resource("Pod", CORE_API_VERSION, "pods", namespaced=True, name=FOREIGN_POD),
         Resource("Node", CORE_API_VERSION, "nodes", namespaced=False),
         Resource("Queue", QUEUE_API_VERSION, "queues", namespaced=False),
         Resource("PodGroup", PODGROUP_API_VERSION, "podgroups", namespaced=True),
@@ -320,7 +340,12 @@ class ClusterCache:
         meta = data.get("metadata") or {}
         if RESOURCES[kind].namespaced and self.namespace and meta.get("namespace") != self.namespace:
             return False
-        return kind != "Pod" or (data.get("spec") or {}).get("schedulerName") == self.scheduler_name
+        ours = (data.get("spec") or {}).get("schedulerName") == self.scheduler_name
+        if kind == "Pod":
+            return ours
+        if kind == FOREIGN_POD:
+            return not ours and _occupies_a_node(data)
+        return True
 
     def _replace(self, kind: str, items: list[dict[str, Any]], relist: bool) -> None:
         fresh = {_key(item): _entry(item) for item in items}
@@ -392,9 +417,18 @@ class ClusterCache:
         )
 
     def _selector(self, resource: Resource) -> dict[str, str]:
-        """Server-side filtering: only pods of our scheduler travel over the wire."""
-        if resource.kind == "Pod":
+        """Server-side filtering: only the pods each store keeps travel over the wire.
+
+        A pod that stops matching (it finishes, say) arrives as DELETED, so the store
+        forgets it.
+        """
+        if resource.key == "Pod":
             return {"field_selector": f"spec.schedulerName={self.scheduler_name}"}
+        if resource.key == FOREIGN_POD:
+            return {
+                "field_selector": f"spec.schedulerName!={self.scheduler_name},spec.nodeName!=,"
+                "status.phase!=Succeeded,status.phase!=Failed"
+            }
         return {}
 
 
@@ -425,17 +459,17 @@ class _Watcher:
                 if self._watch():
                     delay = _BACKOFF_START
             except _Expired as error:
-                log.info("%s: %s; re-listing", self._resource.kind, error)
+                log.info("%s: %s; re-listing", self._resource.key, error)
                 self._rv = None
             except _MissingKind:
-                log.warning("%s is not served by the API server; retrying", self._resource.kind)
+                log.warning("%s is not served by the API server; retrying", self._resource.key)
                 stop.wait(_MISSING_KIND_RETRY)
             except Exception as error:  # connection loss, 5xx, 403 ...: never end the thread
                 if stop.is_set():
                     break
                 if self._interrupted():
                     continue
-                log.warning("%s watch failed (%s); retrying in %.1fs", self._resource.kind, error, delay)
+                log.warning("%s watch failed (%s); retrying in %.1fs", self._resource.key, error, delay)
                 stop.wait(delay * (0.5 + random.random()))
                 delay = min(delay * 2, _BACKOFF_MAX)
 
@@ -456,7 +490,7 @@ class _Watcher:
             else:
                 response.close()
         except Exception as error:  # already closed or torn down: nothing left to interrupt
-            log.debug("%s: interrupt: %s", self._resource.kind, error)
+            log.debug("%s: interrupt: %s", self._resource.key, error)
 
     def restart_from(self, resource_version: str) -> None:
         with self._lock:
@@ -482,7 +516,7 @@ class _Watcher:
                 )
             except ApiException as error:
                 if error.status == 404:
-                    self._cache._replace(self._resource.kind, [], relist=False)
+                    self._cache._replace(self._resource.key, [], relist=False)
                     raise _MissingKind from error
                 raise
             try:
@@ -494,7 +528,7 @@ class _Watcher:
             token = meta.get("continue") or None
             if token is None:
                 break
-        self._cache._replace(self._resource.kind, items, relist=self._listed)
+        self._cache._replace(self._resource.key, items, relist=self._listed)
         self._listed = True
         self._rv = str(meta.get("resourceVersion") or "")
 
@@ -542,10 +576,10 @@ class _Watcher:
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if kind in ("ADDED", "MODIFIED"):
             data = _normalise(obj, self._resource)
-            if self._cache._wanted(self._resource.kind, data):
-                self._cache._upsert(self._resource.kind, data)
+            if self._cache._wanted(self._resource.key, data):
+                self._cache._upsert(self._resource.key, data)
         elif kind == "DELETED":
-            self._cache._delete(self._resource.kind, _normalise(obj, self._resource))
+            self._cache._delete(self._resource.key, _normalise(obj, self._resource))
         if rv:
             self._rv = str(rv)
 
@@ -554,10 +588,17 @@ def _normalise(obj: dict[str, Any], resource: Resource) -> dict[str, Any]:
     """Fill in what list items omit and drop what nobody reads (see the module docstring)."""
     obj.setdefault("apiVersion", resource.api_version)
     obj.setdefault("kind", resource.kind)
+    if resource.key == FOREIGN_POD:
+        return occupancy_only(obj)
     meta = obj.get("metadata")
     if isinstance(meta, dict) and "managedFields" in meta:
         obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
     return obj
+
+
+def _occupies_a_node(pod: Mapping[str, Any]) -> bool:
+    phase = (pod.get("status") or {}).get("phase")
+    return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
 
 
 def _key(obj: Mapping[str, Any]) -> ObjectKey:

@@ -1,13 +1,9 @@
 """Give every plain kai-scheduler pod a PodGroup, as KAI's podgrouper does for a bare pod.
 
 The scheduler only schedules PodGroups, so a pod submitted on its own needs
-one before it can run. The PodGroup is the one KAI's default grouper makes
-when the pod is its own top owner (spec/integrations.md §1.4, §1.5, §5.5):
-`pg-<pod>-<uid>`, owned by the pod (garbage-collected with it), minMember 1,
-queue from the `kai.scheduler/queue` label (else `project`, else
-`default-queue`), priority class from the pod if that class exists (else
-`train`), labels and annotations copied from the pod. The pod is then
-annotated with `pod-group-name`.
+one before it can run.  The PodGroup is the one `kai_ray.translate.bare_pods`
+derives (KAI's default grouper rule, the same the simulator uses), created on
+the cluster; the pod is then annotated with `pod-group-name`.
 
 Scope: every pod without `pod-group-name` gets its own PodGroup, whatever
 owns it; pods whose author named a PodGroup join it, and
@@ -29,32 +25,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
-from kai_ray.api import parse_duration
+from kai_ray.api import Pod
 from kai_ray.api.constants import (
-    DEFAULT_QUEUE,
-    NODE_POOL_LABEL,
-    NON_PREEMPTIBLE,
+    BUILTIN_PRIORITY_CLASSES,
     POD_GROUP_NAME_ANNOTATION,
-    PREEMPTIBILITY_LABEL,
-    PREEMPTIBLE,
-    PREEMPTION_DELAY_ANNOTATION,
-    PRIORITY_CLASS_LABEL,
-    PRIORITY_TRAIN,
-    PROJECT_LABEL,
-    QUEUE_LABEL,
     SKIP_PODGROUPER_ANNOTATION,
-    STALENESS_GRACE_PERIOD_ANNOTATION,
-    TOP_OWNER_METADATA_ANNOTATION,
-    TOPOLOGY_ANNOTATION,
-    TOPOLOGY_PREFERRED_PLACEMENT_ANNOTATION,
-    TOPOLOGY_REQUIRED_PLACEMENT_ANNOTATION,
-    USER_LABEL,
 )
-from kai_ray.api.quantity import DurationError
 from kai_ray.cluster.kube.cache import RESOURCES, ClusterCache
 from kai_ray.cluster.kube.status import (
     MERGE_PATCH,
@@ -63,8 +43,9 @@ from kai_ray.cluster.kube.status import (
     api_error_message,
     run_bounded,
 )
+from kai_ray.translate import bare_pod_group, bare_pod_group_wire
 
-__all__ = ["GroupingResult", "ensure_pod_groups", "pod_group_for", "pod_group_name"]
+__all__ = ["PODGROUPER_WARNING", "GroupingResult", "ensure_pod_groups"]
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +85,9 @@ class _Grouper:
         self.core = client.CoreV1Api(api)
         self.cache = cache
         self.recorder = recorder
-        self.classes = {str(pc["metadata"]["name"]) for pc in cache.objects("PriorityClass")}
+        # KAI's four classes count as existing, as in the translation of PodGroups (`Priorities`).
+        cluster_classes = {str(pc["metadata"]["name"]) for pc in cache.objects("PriorityClass")}
+        self.classes = set(BUILTIN_PRIORITY_CLASSES) | cluster_classes
         self.result = GroupingResult()  # list.append is atomic, so threads share it safely
 
     def group(self, pod: dict[str, Any]) -> None:
@@ -119,9 +102,17 @@ class _Grouper:
 
     def _group(self, pod: dict[str, Any], where: str) -> None:
         meta = pod["metadata"]
-        name = pod_group_name(pod)
+        try:
+            group = bare_pod_group(Pod.model_validate(pod), self.classes)
+        except ValidationError as error:
+            _warn(
+                self.recorder, pod, f"cannot read the pod to group it: {error.error_count()} invalid field(s)"
+            )
+            self.result.failed.append(where)
+            return
+        name = group.metadata.name
         if self.cache.get("PodGroup", meta["namespace"], name) is None:
-            created = _create(self.custom, self.cache, self.recorder, pod, pod_group_for(pod, self.classes))
+            created = _create(self.custom, self.cache, self.recorder, pod, bare_pod_group_wire(group))
             if created is None:
                 self.result.failed.append(where)
                 return
@@ -131,52 +122,6 @@ class _Grouper:
             self.result.annotated.append(where)
         else:
             self.result.failed.append(where)
-
-
-def pod_group_name(pod: Mapping[str, Any]) -> str:
-    """`pg-<pod name>-<pod uid>`: KAI's name for the PodGroup of a pod that is its own top owner."""
-    meta = pod["metadata"]
-    return f"pg-{meta['name']}-{meta['uid']}"
-
-
-def pod_group_for(pod: Mapping[str, Any], priority_classes: set[str]) -> dict[str, Any]:
-    """The PodGroup KAI's default grouper derives from a bare pod (integrations.md §1.4)."""
-    meta = pod["metadata"]
-    labels: dict[str, str] = dict(meta.get("labels") or {})
-    annotations: dict[str, str] = dict(meta.get("annotations") or {})
-    spec: dict[str, Any] = {
-        "minMember": 1,
-        "queue": _queue(labels),
-        "priorityClassName": _priority_class(pod, priority_classes),
-        "topologyConstraint": _topology(annotations),
-    }
-    if labels.get(PREEMPTIBILITY_LABEL) in (PREEMPTIBLE, NON_PREEMPTIBLE):
-        spec["preemptibility"] = labels[PREEMPTIBILITY_LABEL]
-    delay = _duration(annotations, PREEMPTION_DELAY_ANNOTATION)
-    if delay is not None and parse_duration(delay) >= 0:
-        spec["preemptionDelay"] = delay
-    grace = _duration(annotations, STALENESS_GRACE_PERIOD_ANNOTATION)
-    if grace is not None:
-        spec["stalenessGracePeriod"] = grace
-    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
-    top_owner = {"name": meta["name"], "uid": meta["uid"], "group": "", "version": "v1", "kind": "Pod"}
-    group_annotations = {TOP_OWNER_METADATA_ANNOTATION: yaml.safe_dump(top_owner, sort_keys=False)}
-    if USER_LABEL in annotations:
-        group_annotations[USER_LABEL] = annotations[USER_LABEL]
-    group_annotations.update(annotations)  # the top owner's annotations win on a clash
-    resource = RESOURCES["PodGroup"]
-    return {
-        "apiVersion": resource.api_version,
-        "kind": resource.kind,
-        "metadata": {
-            "name": pod_group_name(pod),
-            "namespace": meta["namespace"],
-            "labels": labels,
-            "annotations": group_annotations,
-            "ownerReferences": [owner],
-        },
-        "spec": spec,
-    }
 
 
 def _needs_group(pod: Mapping[str, Any]) -> bool:
@@ -190,45 +135,6 @@ def _needs_group(pod: Mapping[str, Any]) -> bool:
         and meta.get("deletionTimestamp") is None
         and phase not in ("Succeeded", "Failed")
     )
-
-
-def _queue(labels: Mapping[str, str]) -> str:
-    """Queue label, else `project` (suffixed with the pod's node pool when it has one), else the default."""
-    if labels.get(QUEUE_LABEL):
-        return labels[QUEUE_LABEL]
-    project = labels.get(PROJECT_LABEL)
-    if project:
-        pool = labels.get(NODE_POOL_LABEL)
-        return f"{project}-{pool}" if pool else project
-    return DEFAULT_QUEUE
-
-
-def _priority_class(pod: Mapping[str, Any], existing: set[str]) -> str:
-    """The pod's one candidate class (label first, then spec) if it exists, else `train` (unchecked)."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    candidate = labels.get(PRIORITY_CLASS_LABEL) or (pod.get("spec") or {}).get("priorityClassName")
-    return str(candidate) if candidate in existing else PRIORITY_TRAIN
-
-
-def _topology(annotations: Mapping[str, str]) -> dict[str, str]:
-    keys = {
-        "topology": TOPOLOGY_ANNOTATION,
-        "requiredTopologyLevel": TOPOLOGY_REQUIRED_PLACEMENT_ANNOTATION,
-        "preferredTopologyLevel": TOPOLOGY_PREFERRED_PLACEMENT_ANNOTATION,
-    }
-    return {field_: annotations[key] for field_, key in keys.items() if annotations.get(key)}
-
-
-def _duration(annotations: Mapping[str, str], key: str) -> str | None:
-    """A valid Go duration from an annotation; invalid values are ignored as KAI's grouper does."""
-    value = annotations.get(key)
-    if value is None:
-        return None
-    try:
-        parse_duration(value)
-    except DurationError:
-        return None
-    return value
 
 
 def _create(

@@ -1,105 +1,214 @@
-"""Leader election on a coordination.k8s.io Lease, so two replicas never schedule at once.
+"""Leader election on a coordination.k8s.io Lease, as client-go does it, feeding the fence.
 
-The holder renews the lease every cycle; another replica takes over only
-after the lease has gone unrenewed for its whole duration. Every write
-carries the resourceVersion it read, so two candidates racing for an
-expired lease cannot both win: the API server refuses the second update.
+Only one replica may schedule.  The rules are client-go's (and so KAI's):
+
+- a candidate takes the lease when it is free (no holder: its leader gave it
+  up) or when the record has not changed for a whole lease duration *as this
+  replica observed it*, measured on its own monotonic clock from the moment it
+  first saw that record: two replicas' wall clocks never need to agree;
+- the leader renews every retry period on a thread of its own, so a long
+  cycle never lets the lease lapse;
+- a leader that has not renewed within the renew deadline has lost: it marks
+  `Leadership` lost (which fences every further write, see `fence`) and its
+  owner stops and exits;
+- every write carries the resourceVersion it read, so two candidates racing
+  for an expired lease cannot both win (the API server refuses the second).
+
+The lease is named after the scheduler (`lease_name`), so schedulers with
+different names elect their leaders independently.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-DEFAULT_LEASE_SECONDS = 15
+from kai_ray.cluster.kube.fence import Leadership
 
-API_FAILURES = (ApiException, urllib3.exceptions.HTTPError, OSError)
-"""A refused write (409: another replica won) or an unreachable server: not leader, never a crash."""
+__all__ = ["LeaderElector", "LeaseTiming", "lease_name"]
+
+log = logging.getLogger(__name__)
+
+_CALL_TIMEOUT = (2.0, 3.0)
+"""(connect, read) seconds for one lease call: several fit in a renew deadline."""
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+def lease_name(scheduler_name: str) -> str:
+    return f"kai-ray-{scheduler_name}"
 
 
-@dataclass
-class LeaderElector:
-    api: Any
-    namespace: str
-    name: str
-    identity: str
-    lease_seconds: int = DEFAULT_LEASE_SECONDS
+@dataclass(frozen=True)
+class LeaseTiming:
+    """client-go's defaults, which KAI's components use."""
+
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
 
     def __post_init__(self) -> None:
-        self._leases = client.CoordinationV1Api(self.api)
+        if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError(
+                "leader election needs retry period < renew deadline < lease duration, got "
+                f"{self.retry_period} / {self.renew_deadline} / {self.lease_duration}"
+            )
 
+
+@dataclass(frozen=True)
+class _Record:
+    """The parts of a lease that say who holds it; any change restarts the observed clock."""
+
+    holder: str
+    renew_time: str
+    transitions: int
+
+
+class LeaderElector:
+    """Acquires and keeps the lease for `identity`; `run` is a thread body.
+
+    `api` must not be fenced: the lease is how leadership is won in the first place.
+    """
+
+    def __init__(
+        self,
+        api: Any,
+        namespace: str,
+        name: str,
+        identity: str,
+        timing: LeaseTiming | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.timing = timing or LeaseTiming()
+        self.leadership = Leadership(self.timing.renew_deadline, clock)
+        self._leases = client.CoordinationV1Api(api)
+        self._clock = clock
+        self._observed: _Record | None = None
+        self._observed_at = 0.0
+        self._acquired = threading.Event()
+
+    # ---------------------------------------------------------------- the thread
+    def run(self, stop: threading.Event) -> None:
+        """Acquire, then renew until `stop` or until renewal fails past the deadline."""
+        retry = self.timing.retry_period
+        while not stop.is_set():
+            if self.try_acquire_or_renew():
+                break
+            stop.wait(retry * (1 + 0.2 * random.random()))  # client-go's jitter
+        else:
+            return
+        self._acquired.set()
+        log.info("leading as %s (lease %s/%s)", self.identity, self.namespace, self.name)
+        last_success = self._clock()
+        while not stop.wait(retry):
+            if self.try_acquire_or_renew():
+                last_success = self._clock()
+                continue
+            if self._clock() - last_success >= self.timing.renew_deadline:
+                self.leadership.lose()
+                log.error(
+                    "lost leadership: lease %s/%s not renewed within %.0fs; stopping",
+                    self.namespace,
+                    self.name,
+                    self.timing.renew_deadline,
+                )
+                return
+
+    def wait_acquired(self, timeout: float) -> bool:
+        return self._acquired.wait(timeout)
+
+    # ---------------------------------------------------------------- one attempt
     def try_acquire_or_renew(self) -> bool:
-        """True while this replica holds the lease; never raises on conflicts or outages."""
+        """True when this replica now holds the lease; never raises on conflicts or outages."""
+        sent_at = self._clock()
         try:
-            lease = self._leases.read_namespaced_lease(self.name, self.namespace)
+            lease = self._leases.read_namespaced_lease(self.name, self.namespace, _request_timeout=_CALL_TIMEOUT)
         except ApiException as error:
             if error.status == 404:
-                return self._create()
+                return self._create(sent_at)
+            log.debug("reading lease %s/%s failed: %s", self.namespace, self.name, error.reason)
             return False
-        except API_FAILURES:
+        except Exception as error:  # unreachable server, timeout
+            log.debug("reading lease %s/%s failed: %s", self.namespace, self.name, error)
             return False
         spec = lease.spec or client.V1LeaseSpec()
         lease.spec = spec
-        now = _now()
-        if spec.holder_identity != self.identity and not self._expired(spec, now):
+        self._observe(spec, sent_at)
+        holder = spec.holder_identity or ""
+        if holder and holder != self.identity and not self._expired(spec):
             return False
-        taking_over = spec.holder_identity != self.identity
-        spec.holder_identity = self.identity
-        spec.lease_duration_seconds = self.lease_seconds
-        spec.renew_time = now
-        if taking_over:
+        now = _wall_clock()
+        if holder != self.identity:
             spec.acquire_time = now
             spec.lease_transitions = (spec.lease_transitions or 0) + 1
+        spec.holder_identity = self.identity
+        spec.lease_duration_seconds = int(self.timing.lease_duration)
+        spec.renew_time = now
         try:
-            self._leases.replace_namespaced_lease(self.name, self.namespace, lease)
-        except API_FAILURES:
+            self._leases.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=_CALL_TIMEOUT)
+        except Exception as error:  # 409: someone else wrote first; or an outage
+            log.debug("updating lease %s/%s failed: %s", self.namespace, self.name, error)
             return False
+        self.leadership.renewed(sent_at)
         return True
 
     def release(self) -> None:
-        """Give the lease up at shutdown so a standby can take over at once."""
+        """Give the lease up at shutdown so a standby takes over at once (only while still leading)."""
+        if not self.leadership.is_leader():
+            return
         try:
-            lease = self._leases.read_namespaced_lease(self.name, self.namespace)
+            lease = self._leases.read_namespaced_lease(self.name, self.namespace, _request_timeout=_CALL_TIMEOUT)
             if lease.spec is None or lease.spec.holder_identity != self.identity:
                 return
             lease.spec.holder_identity = ""
-            lease.spec.renew_time = _now() - dt.timedelta(seconds=self.lease_seconds + 1)
-            self._leases.replace_namespaced_lease(self.name, self.namespace, lease)
-        except API_FAILURES:
-            return
+            self._leases.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=_CALL_TIMEOUT)
+        except Exception as error:  # the standby takes over when the lease expires instead
+            log.warning("could not release lease %s/%s: %s", self.namespace, self.name, error)
+        self.leadership.lose()
 
-    def _create(self) -> bool:
-        now = _now()
+    def _create(self, sent_at: float) -> bool:
+        now = _wall_clock()
         body = client.V1Lease(
             metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
             spec=client.V1LeaseSpec(
                 holder_identity=self.identity,
-                lease_duration_seconds=self.lease_seconds,
+                lease_duration_seconds=int(self.timing.lease_duration),
                 acquire_time=now,
                 renew_time=now,
                 lease_transitions=0,
             ),
         )
         try:
-            self._leases.create_namespaced_lease(self.namespace, body)
-        except API_FAILURES:
+            self._leases.create_namespaced_lease(self.namespace, body, _request_timeout=_CALL_TIMEOUT)
+        except Exception as error:  # 409: another replica created it first
+            log.debug("creating lease %s/%s failed: %s", self.namespace, self.name, error)
             return False
+        self.leadership.renewed(sent_at)
         return True
 
-    def _expired(self, spec: Any, now: dt.datetime) -> bool:
-        if not spec.holder_identity or spec.renew_time is None:
-            return True
-        duration = spec.lease_duration_seconds or self.lease_seconds
-        renewed: dt.datetime = spec.renew_time
-        if renewed.tzinfo is None:
-            renewed = renewed.replace(tzinfo=dt.UTC)
-        return now > renewed + dt.timedelta(seconds=duration)
+    def _observe(self, spec: Any, read_at: float) -> None:
+        renew = spec.renew_time.isoformat() if spec.renew_time is not None else ""
+        record = _Record(spec.holder_identity or "", renew, int(spec.lease_transitions or 0))
+        if record != self._observed:
+            self._observed, self._observed_at = record, read_at
+
+    def _expired(self, spec: Any) -> bool:
+        """Unchanged for a whole lease duration since this replica first saw it."""
+        duration = float(spec.lease_duration_seconds or self.timing.lease_duration)
+        return self._clock() > self._observed_at + duration
+
+
+def _wall_clock() -> dt.datetime:
+    """What the lease's timestamps carry (informational only: expiry uses the observed clock)."""
+    return dt.datetime.now(dt.UTC)

@@ -1,15 +1,16 @@
-"""The engine's `ClusterState` from the cluster cache, through the same converter as manifests.
+"""The engine's `ClusterState` from the cluster cache, through the one translation of objects.
 
 A live cluster and a directory of manifests must mean the same thing to the
-scheduler, so the cached objects are fed through the API models and the
-simulator's converter (`cluster_from_manifest_set`) rather than a second,
-drifting translation. Every object the converter cannot use becomes a
-`ManifestProblem` (file "cluster") and is skipped; the rest is scheduled.
+scheduler, so the cached objects go through `kai_ray.translate` like
+manifests do.  Every object it cannot use becomes a `ManifestProblem` (file
+"cluster") and is skipped; the rest is scheduled.
 
-Pods without a `pod-group-name` annotation are left out: the grouper gives
-them a PodGroup first (as KAI's podgrouper does before the scheduler ever
-sees a pod), and scheduling them under an implicit job in the meantime would
-bind them under a name no PodGroup carries.
+Pods of this scheduler without a `pod-group-name` annotation wait for the
+grouper to give them a PodGroup first (as KAI's podgrouper does before the
+scheduler ever sees a pod): scheduling them under an implicit job in the
+meantime would bind them under a name no PodGroup carries.  Such a pod that
+already sits on a node, like every pod of another scheduler there, still
+counts on that node.
 """
 
 from __future__ import annotations
@@ -18,40 +19,33 @@ import time
 from typing import Any
 
 from kai_ray.api import ManifestProblem
-from kai_ray.api.constants import POD_GROUP_NAME_ANNOTATION
-from kai_ray.api.manifests import load_manifest_objects
-from kai_ray.cluster.kube.cache import ClusterCache
-from kai_ray.cluster.sim.manifests import cluster_from_manifest_set
+from kai_ray.cluster.kube.cache import FOREIGN_POD, ClusterCache
 from kai_ray.model.objects import ClusterState
+from kai_ray.translate import BarePods, cluster_from_objects
 
-__all__ = ["SOURCE", "is_grouped", "snapshot"]
+__all__ = ["SOURCE", "snapshot"]
 
 SOURCE = "cluster"
 """The `file` of every problem found in the cache."""
 
 # Queues and priority classes before what refers to them only for readable problem order.
-_ORDER = ("Queue", "PriorityClass", "Topology", "Node", "PodGroup", "BindRequest", "Pod")
+_ORDER = ("Queue", "PriorityClass", "Topology", "Node", "PodGroup", "BindRequest", "Pod", FOREIGN_POD)
 
 
 def snapshot(cache: ClusterCache, now: float | None = None) -> tuple[ClusterState, list[ManifestProblem]]:
     """Convert the cache's current contents; `now` defaults to the wall clock (epoch seconds).
 
     Reads one consistent `cache.contents()`, never the API server. Problems are
-    returned, never raised. To skip cycles where nothing changed, compare
-    `cache.generation` read before calling this with the previous one.
+    returned, never raised.
     """
     contents = cache.contents()
     objects: list[dict[str, Any]] = []
     for kind in _ORDER:
-        items = contents.objects.get(kind, [])
-        objects.extend(item for item in items if kind != "Pod" or is_grouped(item))
-    loaded = load_manifest_objects(objects, SOURCE)
-    return cluster_from_manifest_set(
-        loaded, now=time.time() if now is None else now, scheduler_name=cache.scheduler_name
+        objects.extend(contents.objects.get(kind, []))
+    return cluster_from_objects(
+        objects,
+        source=SOURCE,
+        now=time.time() if now is None else now,
+        scheduler_name=cache.scheduler_name,
+        bare_pods=BarePods.WAIT,
     )
-
-
-def is_grouped(pod: dict[str, Any]) -> bool:
-    """Whether the pod names its PodGroup (by the podgrouper or by its author)."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return POD_GROUP_NAME_ANNOTATION in annotations

@@ -15,6 +15,7 @@ from kai_ray.api.constants import (
     DEFAULT_SUBGROUP,
     GPU_FRACTION,
     GPU_FRACTION_NUM_DEVICES,
+    GPU_GROUP_LABEL,
     GPU_MEMORY,
     RESOURCE_CPU,
     RESOURCE_GPU,
@@ -24,8 +25,8 @@ from kai_ray.api.constants import (
 )
 from kai_ray.api.core import Container, PodSpec
 from kai_ray.api.quantity import QuantityError
-from kai_ray.cluster.sim._convert_common import Invalid, annotation_field, created, epoch, label_field
 from kai_ray.model.objects import AffinityRequirement, TaskSpec, TaskStatus, Toleration
+from kai_ray.translate.common import Invalid, annotation_field, created, epoch, label_field
 
 STUCK_IN_RELEASING_SECONDS = 120.0
 """A Running pod deleted longer ago than this is StuckInReleasing (KAI's default threshold)."""
@@ -81,7 +82,38 @@ def task_from_pod(manifest: Manifest[Pod], context: PodContext) -> TaskSpec:
     )
 
 
-GPU_GROUP_LABEL = "runai-gpu-group"
+def held_task(manifest: Manifest[Pod], context: PodContext) -> TaskSpec | None:
+    """What a pod that is not scheduled here occupies on its node; None when it occupies none of ours.
+
+    Read like any pod where possible.  A pod that cannot be read that way still
+    holds its containers' requests; a GPU-sharing request that does not parse
+    holds a whole device per requested device, the most it could be using.
+    """
+    pod = manifest.obj
+    node = pod.spec.node_name or None
+    if node is None or node not in context.nodes or pod.status.phase in ("Succeeded", "Failed"):
+        return None
+    try:
+        return task_from_pod(manifest, context)
+    except Invalid:
+        pass
+    requests = pod_requests(pod.spec)
+    annotations = pod.metadata.annotations
+    if GPU_FRACTION in annotations or GPU_MEMORY in annotations:
+        count = annotations.get(GPU_FRACTION_NUM_DEVICES, "1")
+        gpus = float(int(count)) if count.isdecimal() and int(count) > 0 else 1.0
+    else:
+        gpus = requests.get(RESOURCE_GPU, 0.0)
+    releasing = pod.metadata.deletion_timestamp is not None
+    return TaskSpec(
+        name=pod.metadata.name,
+        status=TaskStatus.RELEASING if releasing else TaskStatus.RUNNING,
+        node=node,
+        cpu_millis=requests.get(RESOURCE_CPU, 0.0) * 1000,
+        memory=requests.get(RESOURCE_MEMORY, 0.0),
+        gpu=gpus,
+        created=created(manifest),
+    )
 
 
 def gpu_groups(pod: Pod, context: PodContext, devices: int) -> tuple[str, ...]:

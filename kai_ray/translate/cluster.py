@@ -1,0 +1,175 @@
+"""Cluster objects → the engine's `ClusterState`: the one translation every backend uses.
+
+Manifests for `kai-ray simulate`, the informer cache of `kai-ray serve`, and
+the grouper all read Queues, PodGroups, Pods, Nodes, PriorityClasses and
+BindRequests through this module, so a directory of manifests and a live
+cluster mean the same thing to the scheduler.  Bad content never raises: each
+broken object is reported as a `ManifestProblem` and skipped, and everything
+else is still converted, so one typo does not hide the rest of the cluster.
+A skipped pod that sits on a node still occupies it (see `jobs`).
+
+Choices where KAI's behaviour cannot be reproduced from objects alone:
+- The shipped `default-queue`/`default-parent-queue` are not created
+  implicitly; a pod relying on them needs them in the objects.
+- Objects without `creationTimestamp` are "created" at their order of
+  appearance (0, 1, 2 ... seconds); the cluster's `now` is the latest time any
+  object mentions, unless the backend gives its clock.
+- Topology and Namespace objects are accepted but carry nothing the
+  `ClusterState` holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kai_ray.api import (
+    BindRequest,
+    Manifest,
+    ManifestProblem,
+    ManifestSet,
+    Node,
+    Pod,
+    PodGroup,
+    PriorityClass,
+    Queue,
+    load_manifests,
+)
+from kai_ray.api.constants import SCHEDULER_NAME
+from kai_ray.api.manifests import load_manifest_objects
+from kai_ray.model.objects import ClusterState
+from kai_ray.translate.common import convert_each, latest_time
+from kai_ray.translate.jobs import BarePods, JobAssembler
+from kai_ray.translate.nodes import node_spec
+from kai_ray.translate.podgroups import Priorities
+from kai_ray.translate.pods import PodContext
+from kai_ray.translate.queues import convert_queues
+
+__all__ = ["cluster_from_manifest_set", "cluster_from_manifests", "cluster_from_objects", "occupancy_only"]
+
+
+def cluster_from_manifests(path: str | Path) -> tuple[ClusterState, list[ManifestProblem]]:
+    """Load a YAML file or directory and convert it; problems are returned, never raised."""
+    return cluster_from_manifest_set(load_manifests(path))
+
+
+def cluster_from_objects(
+    objects: Iterable[Mapping[str, Any]],
+    *,
+    source: str,
+    now: float,
+    scheduler_name: str = SCHEDULER_NAME,
+    bare_pods: BarePods = BarePods.WAIT,
+) -> tuple[ClusterState, list[ManifestProblem]]:
+    """Convert objects as an API server returns them (dicts); `source` names them in problems.
+
+    A pod the models reject (a field shaped in a way kai-ray does not expect) is
+    reported, and what it occupies is still counted from its containers alone.
+    """
+    raw = [dict(obj) for obj in objects]
+    loaded = load_manifest_objects(raw, source)
+    rejected = {(p.namespace, p.name) for p in loaded.problems if p.kind == "Pod"}
+    occupants = [occupancy_only(obj) for obj in raw if obj.get("kind") == "Pod" and _key(obj) in rejected]
+    extra = load_manifest_objects(occupants, source).of_type(Pod)
+    return cluster_from_manifest_set(
+        loaded, now=now, scheduler_name=scheduler_name, bare_pods=bare_pods, occupants=extra
+    )
+
+
+def cluster_from_manifest_set(
+    loaded: ManifestSet,
+    *,
+    now: float | None = None,
+    scheduler_name: str = SCHEDULER_NAME,
+    bare_pods: BarePods = BarePods.GROUP,
+    occupants: Iterable[Manifest[Pod]] = (),
+) -> tuple[ClusterState, list[ManifestProblem]]:
+    """Convert already loaded manifests; the result's problems include the loader's.
+
+    A live backend passes its wall clock as `now` (manifests alone only know
+    their latest timestamp), its configured `scheduler_name`, `BarePods.WAIT`,
+    and `occupants`: pods already reported as problems that only hold their node.
+    """
+    problems = list(loaded.problems)
+    now = latest_time(loaded) if now is None else now
+    queues, queue_index = convert_queues(loaded.of_type(Queue), problems)
+    nodes = convert_each(loaded.of_type(Node), node_spec, problems)
+    node_names = frozenset(node.name for node in nodes)
+    pods = PodContext(now, node_names, _binding(loaded, node_names), _selected_groups(loaded))
+    assembler = JobAssembler(
+        queue_index,
+        Priorities.from_manifests(loaded.of_type(PriorityClass)),
+        pods,
+        problems,
+        scheduler_name,
+        bare_pods,
+    )
+    assembler.add_podgroups(loaded.of_type(PodGroup))
+    assembler.add_pods(loaded.of_type(Pod))
+    assembler.add_occupants(list(occupants))
+    state = ClusterState(nodes=nodes, queues=queues, jobs=assembler.jobs, now=now, held=assembler.held)
+    return state, problems
+
+
+OCCUPANCY_FIELDS = {
+    "metadata": (
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "deletionTimestamp",
+        "creationTimestamp",
+        "labels",
+        "annotations",
+    ),
+    "spec": ("schedulerName", "nodeName", "containers", "initContainers", "overhead"),
+    "status": ("phase",),
+}
+
+
+def occupancy_only(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a pod that say what it holds on its node, with containers cut to their requests.
+
+    What is kept of pods that are only counted, never scheduled: other schedulers'
+    pods, and pods the models reject (a smaller object is also one with less to reject).
+    """
+    reduced: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod"}
+    for section, keys in OCCUPANCY_FIELDS.items():
+        part = pod.get(section)
+        if isinstance(part, dict):
+            reduced[section] = {key: part[key] for key in keys if key in part}
+    spec = reduced.setdefault("spec", {})
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if isinstance(containers, list):
+            spec[key] = [
+                {"name": c.get("name", ""), "resources": c.get("resources") or {}}
+                | ({"restartPolicy": c["restartPolicy"]} if "restartPolicy" in c else {})
+                for c in containers
+                if isinstance(c, dict)
+            ]
+    return reduced
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _selected_groups(loaded: ManifestSet) -> dict[tuple[str, str], tuple[str, ...]]:
+    return {
+        (m.obj.metadata.namespace or "", m.obj.spec.pod_name): tuple(m.obj.spec.selected_gpu_groups)
+        for m in loaded.of_type(BindRequest)
+        if not m.obj.failed and m.obj.spec.selected_gpu_groups
+    }
+
+
+def _binding(loaded: ManifestSet, nodes: frozenset[str]) -> dict[tuple[str, str], str]:
+    """Pods with a live BindRequest: KAI ignores failed requests and those naming vanished nodes."""
+    binding: dict[tuple[str, str], str] = {}
+    for manifest in loaded.of_type(BindRequest):
+        request = manifest.obj
+        if not request.failed and request.spec.selected_node in nodes:
+            binding[(request.metadata.namespace or "", request.spec.pod_name)] = request.spec.selected_node
+    return binding

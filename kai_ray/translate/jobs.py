@@ -1,0 +1,161 @@
+"""Group pods into jobs, and count every pod that occupies a node, whoever scheduled it.
+
+A pod of this scheduler joins its named PodGroup.  A pod that names none gets
+the PodGroup KAI's podgrouper makes for a bare pod (`bare_pods`) when the
+backend schedules such pods directly (the simulator); a live cluster waits for
+its grouper to create that PodGroup first (`BarePods.WAIT`).
+
+Every pod that holds node resources and is not scheduled here becomes a
+`HeldPod` on its node: pods of other schedulers, and pods of ours that cannot
+be interpreted (reported as problems) or are not grouped yet.  A node is
+never offered twice.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from kai_ray.api import Manifest, ManifestProblem, Pod, PodGroup
+from kai_ray.api.constants import (
+    DEFAULT_QUEUE,
+    POD_GROUP_NAME_ANNOTATION,
+    QUEUE_LABEL,
+    SCHEDULER_NAME,
+    SUBGROUP_LABEL,
+)
+from kai_ray.model.objects import OCCUPYING, HeldPod, JobSpec, TaskSpec
+from kai_ray.translate.bare_pods import bare_pod_group
+from kai_ray.translate.common import Invalid, annotation_field, label_field
+from kai_ray.translate.podgroups import Priorities, job_from_podgroup
+from kai_ray.translate.pods import PodContext, held_task, task_from_pod
+from kai_ray.translate.queues import QueueIndex
+
+_Key = tuple[str, str]
+
+
+class BarePods(enum.Enum):
+    """What to do with a pod of ours that names no PodGroup."""
+
+    GROUP = "group"
+    """Schedule it under the PodGroup KAI's grouper would make (manifests, the simulator)."""
+    WAIT = "wait"
+    """Leave it to the grouper, which creates that PodGroup on the cluster first (`serve`)."""
+
+
+class JobAssembler:
+    """Collects jobs from PodGroups first, then files every pod into a job or onto its node."""
+
+    def __init__(
+        self,
+        queues: QueueIndex,
+        priorities: Priorities,
+        pods: PodContext,
+        problems: list[ManifestProblem],
+        scheduler_name: str = SCHEDULER_NAME,
+        bare_pods: BarePods = BarePods.GROUP,
+    ) -> None:
+        self._scheduler_name = scheduler_name
+        self._queues = queues
+        self._priorities = priorities
+        self._pods = pods
+        self._problems = problems
+        self._bare_pods = bare_pods
+        self._jobs: dict[_Key, JobSpec] = {}
+        self._skipped: set[_Key] = set()
+        self.held: list[HeldPod] = []
+
+    @property
+    def jobs(self) -> list[JobSpec]:
+        return list(self._jobs.values())
+
+    def add_podgroups(self, manifests: list[Manifest[PodGroup]]) -> None:
+        for manifest in manifests:
+            self._add_podgroup(manifest)
+
+    def add_pods(self, manifests: list[Manifest[Pod]]) -> None:
+        """Pods of this scheduler are scheduled; every other pod only occupies its node."""
+        for manifest in manifests:
+            if manifest.obj.spec.scheduler_name != self._scheduler_name:
+                self._hold(manifest, foreign=True)
+                continue
+            try:
+                self._add_pod(manifest)
+            except Invalid as error:
+                self._problems.append(manifest.problem(error.field, error.message))
+                self._hold(manifest, foreign=False)
+
+    def add_occupants(self, manifests: list[Manifest[Pod]]) -> None:
+        """Pods already reported as problems: they only hold what they occupy on their node."""
+        for manifest in manifests:
+            self._hold(manifest, foreign=manifest.obj.spec.scheduler_name != self._scheduler_name)
+
+    def _add_podgroup(self, manifest: Manifest[PodGroup]) -> JobSpec | None:
+        key = (manifest.obj.metadata.namespace or "", manifest.obj.metadata.name)
+        try:
+            job = job_from_podgroup(manifest, self._queues, self._priorities)
+        except Invalid as error:
+            self._skipped.add(key)
+            self._problems.append(manifest.problem(error.field, error.message))
+            return None
+        self._jobs[key] = job
+        return job
+
+    def _add_pod(self, manifest: Manifest[Pod]) -> None:
+        group = manifest.obj.metadata.annotations.get(POD_GROUP_NAME_ANNOTATION)
+        if group is None and self._bare_pods == BarePods.WAIT:
+            self._hold(manifest, foreign=False)
+            return
+        task = task_from_pod(manifest, self._pods)
+        job = self._named_job(manifest, group) if group is not None else self._own_job(manifest)
+        _check_leaf(job, task, manifest.obj)
+        job.tasks.append(task)
+
+    def _hold(self, manifest: Manifest[Pod], *, foreign: bool) -> None:
+        task = held_task(manifest, self._pods)
+        if task is not None and task.status in OCCUPYING:
+            self.held.append(HeldPod(manifest.obj.metadata.namespace or "", task, foreign))
+
+    def _named_job(self, manifest: Manifest[Pod], group: str) -> JobSpec:
+        key = (manifest.obj.metadata.namespace or "", group)
+        field = annotation_field(POD_GROUP_NAME_ANNOTATION)
+        if key in self._skipped:
+            raise Invalid(field, f"PodGroup {group!r} was skipped (see its own problem)")
+        if key not in self._jobs:
+            raise Invalid(field, f"PodGroup {group!r} does not exist in namespace {key[0]!r}")
+        return self._jobs[key]
+
+    def _own_job(self, manifest: Manifest[Pod]) -> JobSpec:
+        group = bare_pod_group(manifest.obj, self._priorities.values)
+        key = (group.metadata.namespace or "", group.metadata.name)
+        if key in self._jobs or key in self._skipped:
+            message = f"missing, and the pod's implicit PodGroup would clash with PodGroup {key[1]!r}"
+            raise Invalid(annotation_field(POD_GROUP_NAME_ANNOTATION), message)
+        implicit = Manifest(manifest.file, manifest.line, manifest.position, group)
+        try:
+            job = job_from_podgroup(implicit, self._queues, self._priorities)
+        except Invalid as error:
+            raise _as_pod_problem(error, manifest.obj) from None
+        self._jobs[key] = job
+        return job
+
+
+def _as_pod_problem(error: Invalid, pod: Pod) -> Invalid:
+    """A problem of a bare pod's implicit PodGroup, said about the pod whose labels chose it."""
+    if error.field != "spec.queue":
+        return error
+    labelled = QUEUE_LABEL in pod.metadata.labels
+    hint = "" if labelled else f" (pods without a {QUEUE_LABEL} label go to {DEFAULT_QUEUE})"
+    return Invalid(label_field(QUEUE_LABEL), error.message + hint)
+
+
+def _check_leaf(job: JobSpec, task: TaskSpec, pod: Pod) -> None:
+    """A pod must name a leaf of its PodGroup's tree; otherwise KAI never schedules it."""
+    leaves = [pod_set.name for pod_set in job.subgroups.all_pod_sets()]
+    if task.subgroup in leaves:
+        return
+    listed = ", ".join(leaves)
+    if SUBGROUP_LABEL not in pod.metadata.labels:
+        message = f"required, PodGroup {job.name!r} has subGroups (leaves: {listed})"
+    else:
+        message = f"SubGroup {task.subgroup!r} is not a leaf of PodGroup {job.name!r} (leaves: {listed})"
+    raise Invalid(label_field(SUBGROUP_LABEL), message)
