@@ -84,7 +84,7 @@ class Leadership:
         return self._lost.wait(timeout)
 
 
-class FencedApiClient(client.ApiClient):  # type: ignore[misc]
+class FencedApiClient(client.ApiClient):
     """`kubernetes.client.ApiClient` whose writes need `leadership`, and whose calls all time out.
 
     With `leadership=None` nothing is fenced (a single scheduler, tests); the

@@ -133,7 +133,7 @@ class LeaderElector:
         """True when this replica now holds the lease; never raises on conflicts or outages."""
         sent_at = self._clock()
         try:
-            lease = self._leases.read_namespaced_lease(self.name, self.namespace, _request_timeout=_CALL_TIMEOUT)
+            lease = self._read()
         except ApiException as error:
             if error.status == 404:
                 return self._create(sent_at)
@@ -144,7 +144,7 @@ class LeaderElector:
             return False
         spec = lease.spec or client.V1LeaseSpec()
         lease.spec = spec
-        self._observe(spec, sent_at)
+        self._observe(spec, self._clock())
         holder = spec.holder_identity or ""
         if holder and holder != self.identity and not self._expired(spec):
             return False
@@ -156,7 +156,7 @@ class LeaderElector:
         spec.lease_duration_seconds = int(self.timing.lease_duration)
         spec.renew_time = now
         try:
-            self._leases.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=_CALL_TIMEOUT)
+            self._replace(lease)
         except Exception as error:  # 409: someone else wrote first; or an outage
             log.debug("updating lease %s/%s failed: %s", self.namespace, self.name, error)
             return False
@@ -168,14 +168,21 @@ class LeaderElector:
         if not self.leadership.is_leader():
             return
         try:
-            lease = self._leases.read_namespaced_lease(self.name, self.namespace, _request_timeout=_CALL_TIMEOUT)
+            lease = self._read()
             if lease.spec is None or lease.spec.holder_identity != self.identity:
                 return
             lease.spec.holder_identity = ""
-            self._leases.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=_CALL_TIMEOUT)
+            self._replace(lease)
         except Exception as error:  # the standby takes over when the lease expires instead
             log.warning("could not release lease %s/%s: %s", self.namespace, self.name, error)
         self.leadership.lose()
+
+    def _read(self) -> Any:
+        return self._leases.read_namespaced_lease(self.name, self.namespace, _request_timeout=_CALL_TIMEOUT)
+
+    def _replace(self, lease: Any) -> None:
+        leases = self._leases
+        leases.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=_CALL_TIMEOUT)
 
     def _create(self, sent_at: float) -> bool:
         now = _wall_clock()
