@@ -217,27 +217,40 @@ def devcluster_down(
 
 @app.command()
 def serve(
-    kubeconfig: Annotated[Path, typer.Option("--kubeconfig", help="Cluster to schedule.")],
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option("--kubeconfig", help="Cluster to schedule; without it, the in-cluster service account."),
+    ] = None,
     scheduler_name: Annotated[str, typer.Option("--scheduler-name")] = "kai-scheduler",
+    config_file: Annotated[
+        Path | None,
+        typer.Option("--config", help="KAI's scheduler configuration (config.yaml or its ConfigMap)."),
+    ] = None,
     executor: ExecutorOption = ExecutorName.LOCAL,
     shards: ShardsOption = 2,
     ray_address: RayAddressOption = None,
     period: Annotated[float, typer.Option("--period", min=0.05, help="Seconds between cycles.")] = 1.0,
-    metrics_port: Annotated[
-        int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics here.")
-    ] = None,
+    metrics_address: Annotated[
+        str,
+        typer.Option("--metrics-address", help="host:port for Prometheus /metrics; empty to disable."),
+    ] = "127.0.0.1:8080",
     lease_namespace: Annotated[str, typer.Option("--lease-namespace")] = "default",
     identity: Annotated[str | None, typer.Option("--identity", help="Leader-election identity.")] = None,
+    bind_backoff_limit: Annotated[
+        int, typer.Option("--bind-backoff-limit", min=0, help="Binding attempts per BindRequest.")
+    ] = 3,
 ) -> None:
     """Schedule a Kubernetes cluster as KAI Scheduler does, until SIGTERM."""
-    from kai_ray.cluster.kube.serve import serve_forever
+    from kai_ray.cluster.kube.serve import ServeOptions, serve_forever
 
-    serve_forever(
+    options = ServeOptions(
         kubeconfig=kubeconfig,
         scheduler_name=scheduler_name,
-        executor=_executor(executor, shards, ray_address),
         period=period,
-        metrics_port=metrics_port,
+        metrics_address=metrics_address,
         lease_namespace=lease_namespace,
         identity=identity,
+        config_file=config_file,
+        bind_backoff_limit=bind_backoff_limit,
     )
+    raise typer.Exit(code=serve_forever(options, _executor(executor, shards, ray_address)))

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from kai_ray.api.config import SchedulerConfig
 from kai_ray.bench.shapes import MINUTE, Shape
 from kai_ray.cluster.sim.scenario import MEGABYTE
 from kai_ray.engine.cycle import schedule
@@ -67,9 +68,9 @@ def scenario_document(shape: Shape) -> dict[str, Any]:
             "cyclesUntilMatch": 1,
             "cyclesAfterMatch": 0,
             "staleGangGracePeriodSeconds": _number(config.default_staleness_grace_seconds),
-            "placement": {"gpu": config.placement.gpu, "cpu": config.placement.cpu},
+            "placement": _placement(config),
             "plugins": "default",
-            "k8sPredicates": config.k8s_predicates,
+            "k8sPredicates": config.has_plugin("predicates"),
             "maxConsolidationPreemptees": config.max_consolidation_preemptees,
             "allowConsolidatingReclaim": config.allow_consolidating_reclaim,
         },
@@ -78,6 +79,12 @@ def scenario_document(shape: Shape) -> dict[str, Any]:
         "jobs": [_job(job, state.now) for job in state.jobs],
         "expected": _expected(shape),
     }
+
+
+def _placement(config: SchedulerConfig) -> dict[str, str]:
+    """The `nodeplacement` plugin's strategies, which is where the config keeps them (binpack if unset)."""
+    arguments = config.plugin_arguments("nodeplacement")
+    return {"gpu": arguments.get("gpu", "binpack"), "cpu": arguments.get("cpu", "binpack")}
 
 
 def write_scenario(shape: Shape, path: Path) -> None:

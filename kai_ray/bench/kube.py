@@ -155,8 +155,9 @@ def run_kube_bench(
     afterwards) and is always stopped before returning.
     """
     from kai_ray.cluster.kube import devcluster
+    from kai_ray.cluster.kube.fence import FencedApiClient
     from kai_ray.cluster.kube.scheduler import DEFAULT_CONCURRENCY, KubeScheduler
-    from kai_ray.cluster.kube.serve import api_client, pool_size_for
+    from kai_ray.cluster.kube.serve import load_configuration, pool_size_for
 
     if pods > nodes * gpus_per_node:
         raise ValueError(f"{pods} one-GPU pods cannot all fit on {nodes} nodes x {gpus_per_node} GPUs")
@@ -173,7 +174,9 @@ def run_kube_bench(
         setup["cluster_start_s"] = time.perf_counter() - started
         # The client `kai-ray serve` builds: a connection pool with room for every worker.
         workers = concurrency or DEFAULT_CONCURRENCY
-        api: Any = api_client(cluster.kubeconfig, pool_size=pool_size_for(workers))
+        configuration = load_configuration(cluster.kubeconfig)
+        configuration.connection_pool_maxsize = pool_size_for(workers)
+        api: Any = FencedApiClient(configuration)
         try:
             say(f"creating {pods} pods")
             started = time.perf_counter()

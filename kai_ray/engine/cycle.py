@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from kai_ray.api.config import SchedulerConfig
@@ -31,12 +32,15 @@ def open_session(snapshot: Snapshot, config: SchedulerConfig, executor: Executor
 
 
 def run_actions(session: Session) -> Plan:
+    """Run the configured actions in order; their durations land in `session.action_seconds`."""
     initial = {task.uid: (task.status, task.node) for job in session.jobs for task in job.tasks}
     for name in session.config.actions:
         action = ACTIONS.get(name)
         if action is not None:
             session.current_action = name
+            started = time.perf_counter()
             action(session)
+            session.action_seconds[name] = time.perf_counter() - started
     return build_plan(session, initial)
 
 

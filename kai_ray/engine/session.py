@@ -47,6 +47,8 @@ class Session:
         self._reasons: dict[str, dict[str, PendingReason]] = {}
         self.current_action = ""
         self.eviction_reasons: dict[int, EvictionReason] = {}
+        self.action_seconds: dict[str, float] = {}
+        """How long each action took, for metrics; never read by a decision."""
         self.placed_by: dict[int, str] = {}
         """Task uid → the action that placed it (bound or pipelined) this cycle."""
         self.stale_since: dict[str, float] = {}

@@ -1,57 +1,342 @@
-"""Prometheus metrics of the scheduling loop, under KAI's metric names where KAI has one.
+"""Prometheus metrics of the scheduling loop, under KAI's metric names and prefix (spec §14).
 
-Dashboards and alerts written for KAI keep working against kai-ray.
+Dashboards and alerts written for KAI keep working against kai-ray: every name KAI has is
+exposed exactly as KAI's Go client exposes it, `<namespace>_<name>` with KAI's default
+`--metrics-namespace` of `kai`.  What KAI has no metric for is named `ray_…` under the same
+prefix, so it can never collide with a name KAI adds later.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+import threading
+from collections import Counter as Tally
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.queues import QueueBook
+from kai_ray.model.objects import UNLIMITED
 
-GIB = 1e9
+__all__ = ["LATENCY_BUCKETS_MS", "EvictedPodGroup", "SchedulerMetrics"]
+
+LATENCY_BUCKETS_MS = tuple(5.0 * 2**k for k in range(10))
+"""KAI's `prometheus.ExponentialBuckets(5, 2, 10)`: 5 ms … 2560 ms."""
+
+QUEUE_LABELS = ("queue_name", "queue_metadata_name", "queue_display_name")
+EVICTION_LABELS = ("podgroup", "namespace", "uid", "nodepool", "action")
+
+MILLICORES_PER_CORE = 1000.0
+BYTES_PER_GB = 1e9
+
+
+@dataclass(frozen=True)
+class EvictedPodGroup:
+    """Pods of one PodGroup evicted by one action: one increment of `pod_group_evicted_pods_total`."""
+
+    namespace: str
+    name: str
+    uid: str
+    nodepool: str
+    action: str
+    pods: int
 
 
 class SchedulerMetrics:
-    """One registry per scheduler, so tests and several schedulers in one process never clash."""
+    """The scheduler's metrics, in a registry of their own.
 
-    def __init__(self) -> None:
+    Its own registry (not prometheus_client's global one) lets tests, and several schedulers in
+    one process, each see only their own series.  Every method may be called from any thread:
+    prometheus_client's metrics are thread-safe one by one, and the lock makes the compound
+    updates (set some series, remove the stale ones) atomic with respect to each other.
+    """
+
+    def __init__(self, namespace: str = "kai") -> None:
         self.registry = CollectorRegistry()
-        self.cycle_latency = Gauge(
-            "e2e_scheduling_latency_milliseconds", "Duration of the last full cycle.", registry=self.registry
+        self._lock = threading.Lock()
+        self._server: tuple[WSGIServer, threading.Thread] | None = None
+        self._queue_series: set[tuple[str, str, str]] = set()
+        self._evicted_series: set[tuple[str, str, str, str, str]] = set()
+        self._tracked_keys: set[str] = set()
+
+        def gauge(name: str, documentation: str, labels: Iterable[str] = ()) -> Gauge:
+            return Gauge(name, documentation, labels, namespace=namespace, registry=self.registry)
+
+        self.cycle_latency = gauge("e2e_scheduling_latency_milliseconds", "Duration of the last full cycle.")
+        self.open_session_latency = gauge(
+            "open_session_latency_milliseconds", "Duration of the last session open."
         )
-        self.scheduled = Counter(
-            "podgroups_scheduled_by_action",
-            "PodGroups bound or pipelined.",
-            ["action"],
-            registry=self.registry,
+        self.close_session_latency = gauge(
+            "close_session_latency_milliseconds", "Duration of the last session close."
         )
-        self.evicted = Counter("kai_ray_evicted_pods", "Pods evicted.", ["reason"], registry=self.registry)
-        self.binds = Counter(
-            "kai_ray_bound_pods", "Pods for which a BindRequest was created.", registry=self.registry
+        self.action_latency = gauge(
+            "action_scheduling_latency_milliseconds", "Duration of each action in the last cycle.", ["action"]
         )
-        labels = ["queue_name"]
-        self.fair_share_gpu = Gauge("queue_fair_share_gpu", "GPU fair share.", labels, registry=self.registry)
-        self.fair_share_cpu = Gauge(
-            "queue_fair_share_cpu_cores", "CPU fair share.", labels, registry=self.registry
+        self.fair_share_gpu = gauge("queue_fair_share_gpu", "GPU fair share of the queue.", QUEUE_LABELS)
+        self.fair_share_cpu = gauge(
+            "queue_fair_share_cpu_cores", "CPU fair share of the queue, in cores.", QUEUE_LABELS
         )
-        self.fair_share_memory = Gauge(
-            "queue_fair_share_memory_gb", "Memory fair share.", labels, registry=self.registry
+        self.fair_share_memory = gauge(
+            "queue_fair_share_memory_gb", "Memory fair share of the queue, in GB (10^9 bytes).", QUEUE_LABELS
+        )
+        self.queue_info = gauge("queue_info", "1 for every existing queue.", QUEUE_LABELS)
+        self.queue_deserved_gpus = gauge("queue_deserved_gpus", "GPU quota of the queue.", QUEUE_LABELS)
+        self.queue_quota_cpu = gauge(
+            "queue_quota_cpu_cores", "CPU quota of the queue, in cores (-1: unlimited).", QUEUE_LABELS
+        )
+        self.queue_quota_memory = gauge(
+            "queue_quota_memory_bytes", "Memory quota of the queue, in bytes (-1: unlimited).", QUEUE_LABELS
+        )
+        self.queue_allocated_gpus = gauge(
+            "queue_allocated_gpus", "GPUs allocated to the queue.", QUEUE_LABELS
+        )
+        self.queue_allocated_cpu = gauge(
+            "queue_allocated_cpu_cores", "CPU allocated to the queue, in cores.", QUEUE_LABELS
+        )
+        self.queue_allocated_memory = gauge(
+            "queue_allocated_memory_bytes", "Memory allocated to the queue, in bytes.", QUEUE_LABELS
+        )
+        self._queue_gauges = (
+            self.fair_share_gpu,
+            self.fair_share_cpu,
+            self.fair_share_memory,
+            self.queue_info,
+            self.queue_deserved_gpus,
+            self.queue_quota_cpu,
+            self.queue_quota_memory,
+            self.queue_allocated_gpus,
+            self.queue_allocated_cpu,
+            self.queue_allocated_memory,
+        )
+        self.tracked = gauge(
+            "ray_tracked_objects", "Objects held in the scheduler's memory, by kind.", ["memory"]
+        )
+        self.leader = gauge("ray_leader", "1 while this replica holds the leader lease.")
+
+        self.scheduled = _PlainCounter(
+            _full_name(namespace, "podgroups_scheduled_by_action"),
+            "PodGroups that had pods bound or pipelined, by the action that placed them.",
+            "action",
+        )
+        self.registry.register(self.scheduled)
+
+        # Counters and histograms live in an inner registry, exposed through a filter that drops
+        # their `_created` series: KAI's Go client exposes none, and turning them off with
+        # `disable_created_metrics()` would change every registry of the process, Ray's included.
+        stamped = CollectorRegistry()
+        self.registry.register(_WithoutCreated(stamped))
+        self.evicted = Counter(
+            "pod_group_evicted_pods_total",
+            "Pods evicted, by PodGroup and the action that evicted them.",
+            EVICTION_LABELS,
+            namespace=namespace,
+            registry=stamped,
+        )
+        self.bound = Counter(
+            "ray_pods_bound_total", "Pods bound to a node.", namespace=namespace, registry=stamped
+        )
+        self.bind_failures = Counter(
+            "ray_bind_failures_total", "Bind attempts that failed.", namespace=namespace, registry=stamped
+        )
+        self.bind_latency = Histogram(
+            "task_bind_latency_milliseconds",
+            "Duration of each bind attempt.",
+            namespace=namespace,
+            buckets=LATENCY_BUCKETS_MS,
+            registry=stamped,
+        )
+        self.evictions_blocked = Counter(
+            "ray_evictions_blocked_total",
+            "Evictions a PodDisruptionBudget refused.",
+            namespace=namespace,
+            registry=stamped,
         )
 
-    def serve(self, port: int) -> None:
-        start_http_server(port, registry=self.registry)
+    # ------------------------------------------------------------------ serving
+    def serve(self, address: str) -> tuple[str, int]:
+        """Serve /metrics on `address` ("host:port"; empty host = all interfaces, port 0 = any free one).
 
-    def observe_cycle(self, milliseconds: float, plan: Plan, queues: QueueBook) -> None:
-        self.cycle_latency.set(milliseconds)
-        self.binds.inc(len(plan.binds))
-        jobs = {bind.job for bind in plan.binds} | {pipelined.job for pipelined in plan.pipelined}
-        self.scheduled.labels(action="allocate").inc(len(jobs))
-        for eviction in plan.evictions:
-            self.evicted.labels(reason=eviction.reason.cause.value).inc()
-        for row, name in enumerate(queues.names):
-            cpu, memory, gpu = queues.fair_share[row].tolist()
-            self.fair_share_gpu.labels(queue_name=name).set(gpu)
-            self.fair_share_cpu.labels(queue_name=name).set(cpu / 1000)
-            self.fair_share_memory.labels(queue_name=name).set(memory / GIB)
+        Returns the bound (host, port), so a caller that asked for port 0 can tell scrapers
+        where to look.  A malformed address raises ValueError naming the expected form, so a
+        typo in a flag fails at start-up rather than as an obscure socket error.
+        """
+        host, port = _parse_address(address)
+        with self._lock:
+            if self._server is not None:
+                raise RuntimeError("metrics are already being served; close() first")
+            self._server = start_http_server(port, addr=host, registry=self.registry)
+            bound_host, bound_port = self._server[0].server_address[:2]
+        return str(bound_host), int(bound_port)
+
+    def close(self) -> None:
+        """Stop the HTTP server started by `serve` and free its port (no-op when not serving)."""
+        with self._lock:
+            server, self._server = self._server, None
+        if server is not None:
+            httpd, thread = server
+            httpd.shutdown()
+            httpd.server_close()
+            thread.join()
+
+    # ------------------------------------------------------------------ observations
+    def observe_cycle(
+        self,
+        *,
+        seconds: float,
+        open_session_seconds: float,
+        close_session_seconds: float,
+        action_seconds: Mapping[str, float],
+        plan: Plan,
+        queues: QueueBook,
+        display_names: Mapping[str, str],
+    ) -> None:
+        """Record one scheduling cycle: latencies, PodGroups placed per action, every queue's numbers.
+
+        `display_names` maps a queue's metadata name to its `spec.displayName` (absent: none).
+        A job is counted once per action that placed pods of it, as KAI counts PodGroups.
+        """
+        placed = Tally(action for action, _ in {(b.action, b.job) for b in (*plan.binds, *plan.pipelined)})
+        with self._lock:
+            self.cycle_latency.set(seconds * 1000)
+            self.open_session_latency.set(open_session_seconds * 1000)
+            self.close_session_latency.set(close_session_seconds * 1000)
+            for action, action_duration in action_seconds.items():
+                self.action_latency.labels(action=action).set(action_duration * 1000)
+            for action, jobs in placed.items():
+                self.scheduled.inc(action, jobs)
+            self._observe_queues(queues, display_names)
+
+    def _observe_queues(self, queues: QueueBook, display_names: Mapping[str, str]) -> None:
+        """Set every queue's series and drop those of queues gone (or renamed) since the last cycle."""
+        current: set[tuple[str, str, str]] = set()
+        for row, (name, spec) in enumerate(zip(queues.names, queues.specs, strict=True)):
+            display = display_names.get(name, "")
+            labels = (display or name, name, display)
+            current.add(labels)
+            fair_cpu, fair_memory, fair_gpu = queues.fair_share[row].tolist()
+            used_cpu, used_memory, used_gpu = queues.allocated[row].tolist()
+            values = (
+                fair_gpu,
+                fair_cpu / MILLICORES_PER_CORE,
+                fair_memory / BYTES_PER_GB,
+                1.0,
+                spec.gpu.quota,
+                _cores(spec.cpu.quota),
+                spec.memory.quota,
+                used_gpu,
+                used_cpu / MILLICORES_PER_CORE,
+                used_memory,
+            )
+            for metric, value in zip(self._queue_gauges, values, strict=True):
+                metric.labels(*labels).set(value)
+        for labels in self._queue_series - current:
+            for metric in self._queue_gauges:
+                metric.remove(*labels)
+        self._queue_series = current
+
+    def observe_evictions(self, evicted: Iterable[EvictedPodGroup]) -> None:
+        with self._lock:
+            for group in evicted:
+                labels = (group.name, group.namespace, group.uid, group.nodepool, group.action)
+                self.evicted.labels(*labels).inc(group.pods)
+                self._evicted_series.add(labels)
+
+    def forget_podgroups(self, live: Collection[tuple[str, str]]) -> None:
+        """Drop the eviction series of PodGroups ((namespace, name)) not in `live`.
+
+        A per-PodGroup counter grows without bound on a busy cluster otherwise, in memory here
+        and in the scraper's series count.
+        """
+        with self._lock:
+            gone = {labels for labels in self._evicted_series if (labels[1], labels[0]) not in live}
+            for labels in gone:
+                self.evicted.remove(*labels)
+            self._evicted_series -= gone
+
+    def observe_bind(self, succeeded: bool, seconds: float) -> None:
+        """One bind attempt: its latency always, and whether the pod actually got bound."""
+        self.bind_latency.observe(seconds * 1000)
+        (self.bound if succeeded else self.bind_failures).inc()
+
+    def observe_blocked_evictions(self, count: int) -> None:
+        self.evictions_blocked.inc(count)
+
+    def set_tracked(self, sizes: Mapping[str, int]) -> None:
+        """Sizes of what the scheduler holds, by kind; kinds not given are no longer tracked."""
+        with self._lock:
+            for key, size in sizes.items():
+                self.tracked.labels(memory=key).set(size)
+            for key in self._tracked_keys - sizes.keys():
+                self.tracked.remove(key)
+            self._tracked_keys = set(sizes)
+
+    def set_leader(self, leading: bool) -> None:
+        self.leader.set(1 if leading else 0)
+
+
+class _PlainCounter(Collector):
+    """A labelled counter exposed under exactly its name, as KAI's Go client exposes it.
+
+    prometheus_client appends `_total` to every counter sample and to the TYPE line of every
+    counter family, which would rename KAI's `podgroups_scheduled_by_action` and break the
+    queries written for it.  The family is therefore typed "unknown" (exposed as `untyped`):
+    the only type whose samples are exposed under their exact name.  `rate()` and `increase()`
+    work on untyped series just the same.
+    """
+
+    def __init__(self, name: str, documentation: str, label: str) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._label = label
+        self._values: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def inc(self, label_value: str, amount: float = 1.0) -> None:
+        if amount < 0:
+            raise ValueError(f"{self._name} is a counter: it cannot decrease (got {amount})")
+        with self._lock:
+            self._values[label_value] = self._values.get(label_value, 0.0) + amount
+
+    def collect(self) -> Iterator[Metric]:
+        family = Metric(self._name, self._documentation, "unknown")
+        with self._lock:
+            values = sorted(self._values.items())
+        for label_value, value in values:
+            family.add_sample(self._name, {self._label: label_value}, value)
+        yield family
+
+
+class _WithoutCreated(Collector):
+    """Everything of `inner` except the `<name>_created` samples prometheus_client adds."""
+
+    def __init__(self, inner: CollectorRegistry) -> None:
+        self._inner = inner
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._inner.collect():
+            trimmed = Metric(family.name, family.documentation, family.type, family.unit)
+            trimmed.samples = [s for s in family.samples if s.name != f"{family.name}_created"]
+            yield trimmed
+
+
+def _full_name(namespace: str, name: str) -> str:
+    """`<namespace>_<name>`, or just `name` for an empty namespace (as Go's BuildFQName does)."""
+    return f"{namespace}_{name}" if namespace else name
+
+
+def _cores(millicores: float) -> float:
+    """Millicores as cores; KAI's -1 ("unlimited") stays -1 rather than becoming -0.001."""
+    return millicores if millicores == UNLIMITED else millicores / MILLICORES_PER_CORE
+
+
+def _parse_address(address: str) -> tuple[str, int]:
+    """("host", port) from "host:port", "[v6]:port" or ":port" (all interfaces, as Go listens)."""
+    host, colon, port_text = address.rpartition(":")
+    if not colon or not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError(f"metrics address {address!r}: expected host:port, e.g. 0.0.0.0:8080 or :8080")
+    host = host.removeprefix("[").removesuffix("]")
+    return host or "0.0.0.0", int(port_text)

@@ -309,7 +309,7 @@ def test_eviction_removes_the_pod_and_explains_on_the_podgroup(
     result = apply_plan(core.api_client, plan)
 
     assert result.ok, result.errors
-    assert result.evicted == [f"{namespace}/v-0"] and result.deleted == []  # the Eviction API did it
+    assert result.evicted == [f"{namespace}/v-0"] and result.blocked == []
     wait_for("evicted pod gone", lambda: gone(core, namespace, "v-0"))
     events = events_for(core, namespace, "PodGroup", "victims")
     assert [(e.reason, e.type) for e in events] == [("Evict", "Normal")]
@@ -328,10 +328,10 @@ def test_eviction_removes_the_pod_and_explains_on_the_podgroup(
 PREEMPTED_BY_X = EvictionReason(EvictionCause.PREEMPT, "preempted by x", "ns/x")
 
 
-def test_eviction_falls_back_to_delete_when_the_eviction_api_refuses(
+def test_a_disruption_budget_blocks_the_eviction_and_nothing_forces_it(
     core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, tidy: None
 ) -> None:
-    """A PodDisruptionBudget allowing no disruption makes the Eviction API answer 429; KAI deletes anyway."""
+    """A PodDisruptionBudget allowing no disruption makes the Eviction API answer 429: the victim stays."""
     create_podgroup(custom, namespace, "guarded")
     pod = make_pod("g-0", node=NODE_B, podgroup="guarded")
     pod.metadata.labels["app"] = "guarded"  # type: ignore[index,union-attr]
@@ -344,14 +344,34 @@ def test_eviction_falls_back_to_delete_when_the_eviction_api_refuses(
         ),
     )
     client.PolicyV1Api(core.api_client).create_namespaced_pod_disruption_budget(namespace, pdb)
+    # The disruption controller is not running here, so the budget's status is written by hand,
+    # as kube-controller-manager would: no disruption allowed.
+    _allow_no_disruption(core, namespace)
 
-    result = apply_plan(
-        core.api_client, Plan(evictions=[Eviction(f"{namespace}/guarded", "g-0", NODE_B, PREEMPTED_BY_X)])
-    )
+    eviction = Eviction(f"{namespace}/guarded", "g-0", NODE_B, PREEMPTED_BY_X)
+    result = apply_plan(core.api_client, Plan(evictions=[eviction]))
 
-    assert result.ok, result.errors
-    assert result.deleted == [f"{namespace}/g-0"] and result.evicted == [f"{namespace}/g-0"]
-    wait_for("deleted pod gone", lambda: gone(core, namespace, "g-0"))
+    assert result.ok and result.evicted == []
+    assert [(b.pod, b.eviction.reason.preemptor) for b in result.blocked] == [(f"{namespace}/g-0", "ns/x")]
+    assert "guard" in result.blocked[0].message
+    assert running_on(core, namespace, "g-0", NODE_B)  # still there
+    assert events_for(core, namespace, "PodGroup", "guarded") == []  # no Evict Event for what did not happen
+    annotations = get_podgroup(custom, namespace, "guarded")["metadata"].get("annotations") or {}
+    assert "kai.scheduler/last-eviction-timestamp" not in annotations
+
+
+def _allow_no_disruption(core: client.CoreV1Api, namespace: str) -> None:
+    """Mark the budget as observed with no disruption allowed (the disruption controller's job)."""
+    policy = client.PolicyV1Api(core.api_client)
+    current = policy.read_namespaced_pod_disruption_budget("guard", namespace)
+    status = {
+        "observedGeneration": current.metadata.generation,
+        "disruptionsAllowed": 0,
+        "currentHealthy": 1,
+        "desiredHealthy": 1,
+        "expectedPods": 1,
+    }
+    policy.patch_namespaced_pod_disruption_budget_status("guard", namespace, {"status": status})
 
 
 def test_pipelined_pod_gets_an_event_and_nothing_else(

@@ -29,7 +29,9 @@ from kubernetes import client, watch
 
 from kai_ray.cluster.kube import devcluster
 from kai_ray.cluster.kube.devcluster import DevCluster
-from kai_ray.cluster.kube.serve import LEASE_NAME
+from kai_ray.cluster.kube.leader import lease_name
+
+LEASE_NAME = lease_name("kai-scheduler")
 
 pytestmark = pytest.mark.kube
 
@@ -67,6 +69,8 @@ class Serve:
             identity,
             "--lease-namespace",
             lease_namespace,
+            "--metrics-address",
+            "127.0.0.1:0",
         ]
         with self.log_path.open("wb") as stderr:
             self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)

@@ -8,12 +8,15 @@ twice" hold across scheduler restarts: the BindRequest name is the pod name, so
 the API server itself refuses a second request for a pod (409), and a pod that
 already has ``spec.nodeName`` is never given one.
 
-Evictions go through the Eviction API (``policy/v1``, so graceful termination
-and audit apply) and fall back to a plain DELETE, which is what KAI does
-(§12 step 7); each evicted pod gets an ``Evict`` Event on its PodGroup naming
-the engine's reason, and the PodGroup's ``kai.scheduler/last-eviction-timestamp``
-is set (it restarts the preemption-delay window, §3.7).  Pipelined pods only get
-a ``Pipelined`` Event: nothing is reserved for them.
+Evictions go through the Eviction API (``policy/v1``), so graceful termination
+and PodDisruptionBudgets apply.  This is stricter than KAI, which deletes victims
+outright (§12 step 7): an eviction a budget refuses (429) is not forced, the
+victim stays this cycle, and the refusal is returned (`BlockedEviction`) so the
+PodGroup that needed the room can say which budget stopped it.  Each evicted
+pod gets an ``Evict`` Event on its PodGroup naming the engine's reason, and the
+PodGroup's ``kai.scheduler/last-eviction-timestamp`` is set (it restarts the
+preemption-delay window, §3.7).  Pipelined pods only get a ``Pipelined`` Event:
+nothing is reserved for them.
 
 Every call is independent, so they run with bounded concurrency; failures are
 collected in `ApplyResult` with the object named, never raised, because one
@@ -23,6 +26,7 @@ bad pod must not stop the rest of the cycle.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import threading
 from collections import Counter
@@ -64,8 +68,10 @@ __all__ = [
     "BINDREQUEST_VERSION",
     "POD_NAME_LABEL",
     "ApplyResult",
+    "BlockedEviction",
     "apply_plan",
     "bind_request_body",
+    "pod_key",
     "received_gpu",
 ]
 
@@ -79,6 +85,19 @@ _Item = TypeVar("_Item", Bind, Eviction)
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
+@dataclass(frozen=True)
+class BlockedEviction:
+    """An eviction the API server refused because of a PodDisruptionBudget (HTTP 429)."""
+
+    eviction: Eviction
+    message: str
+    """The server's explanation, which names the budget."""
+
+    @property
+    def pod(self) -> str:
+        return pod_key(self.eviction)
+
+
 @dataclass
 class ApplyResult(Tally):
     """What `apply_plan` did.  Objects are named ``"namespace/pod"``.
@@ -90,8 +109,7 @@ class ApplyResult(Tally):
     bind_requests: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     evicted: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    """Evictions done by the DELETE fallback (also listed in ``evicted``)."""
+    blocked: list[BlockedEviction] = field(default_factory=list)
     already_gone: list[str] = field(default_factory=list)
     pipelined: list[str] = field(default_factory=list)
     events: int = 0
@@ -117,6 +135,7 @@ def bind_request_body(
     pod_uid: str,
     *,
     node_pool_label: tuple[str, str] | None = None,
+    backoff_limit: int | None = None,
 ) -> dict[str, Any]:
     """The BindRequest KAI's scheduler would create for this bind (wire form).
 
@@ -124,6 +143,9 @@ def bind_request_body(
     (the scheduler deletes requests for vanished nodes by it) and, in a partitioned shard,
     with the shard's node-pool label.  Label values that Kubernetes would reject (names
     longer than 63 characters) are left out rather than failing the request.
+    ``backoff_limit`` is how often the binder may try (KAI's scheduler leaves it unset:
+    one failure is final); after the last failure the scheduler deletes the request and
+    the pod is scheduled again.
     """
     namespace, _ = split_job_key(bind.job)
     resource_type, count, portion = received_gpu(bind)
@@ -138,6 +160,8 @@ def bind_request_body(
     }
     if bind.gpu_groups:
         spec["selectedGPUGroups"] = list(bind.gpu_groups)
+    if backoff_limit is not None:
+        spec["backoffLimit"] = backoff_limit
     return {
         "apiVersion": BINDREQUEST_API_VERSION,
         "kind": "BindRequest",
@@ -160,6 +184,7 @@ class _Applier:
         node_pool_label: tuple[str, str] | None,
         pod_uids: Mapping[tuple[str, str], str] | None,
         scheduled_events: bool,
+        backoff_limit: int | None,
         result: ApplyResult,
     ) -> None:
         self.core = client.CoreV1Api(api)
@@ -169,6 +194,7 @@ class _Applier:
         self.node_pool_label = node_pool_label
         self.pod_uids = pod_uids
         self.scheduled_events = scheduled_events
+        self.backoff_limit = backoff_limit
         self.result = result
         self._podgroup_uids: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
@@ -210,7 +236,9 @@ class _Applier:
             if why is not None:
                 self.result.add("skipped", (who, why))
                 return
-        body = bind_request_body(bind, uid, node_pool_label=self.node_pool_label)
+        body = bind_request_body(
+            bind, uid, node_pool_label=self.node_pool_label, backoff_limit=self.backoff_limit
+        )
         try:
             discard(
                 self.custom.api.create_namespaced_custom_object(
@@ -312,29 +340,12 @@ class _Applier:
         except ApiException as exc:
             if exc.status == 404:
                 self.result.add("already_gone", who)
-                return
-            # 429 (a PodDisruptionBudget says no), 409 (uid precondition), 5xx, or no Eviction
-            # API at all: KAI evicts with a plain DELETE, so that is the fallback.
-            try:
-                discard(
-                    self.core.delete_namespaced_pod(
-                        eviction.task, namespace, body=options, _preload_content=False
-                    )
-                )
-            except ApiException as exc2:
-                if exc2.status == 404:
-                    self.result.add("already_gone", who)
-                else:
-                    self.result.add(
-                        "errors",
-                        OperationError(
-                            "evict",
-                            f"Pod {who}",
-                            f"{api_error_message(exc)}; delete fallback: {api_error_message(exc2)}",
-                        ),
-                    )
-                return
-            self.result.add("deleted", who)
+            elif exc.status == 429:
+                # A PodDisruptionBudget says no: the victim stays, never forced with a DELETE.
+                self.result.add("blocked", BlockedEviction(eviction, _budget_message(exc)))
+            else:  # 409 (the pod was replaced: uid precondition), 5xx: the next cycle decides again
+                self.result.add("errors", OperationError("evict", f"Pod {who}", api_error_message(exc)))
+            return
         self.result.add("evicted", who)
         message = f"Pod {who} was evicted: {eviction.reason}"
         annotations = {
@@ -427,6 +438,7 @@ def apply_plan(
     pod_uids: Mapping[tuple[str, str], str] | None = None,
     node_pool_label: tuple[str, str] | None = None,
     scheduled_events: bool = True,
+    backoff_limit: int | None = None,
 ) -> ApplyResult:
     """Create BindRequests, evict victims and announce pipelined pods; never raises for API errors.
 
@@ -447,7 +459,8 @@ def apply_plan(
     ``node_pool_label`` (key, value) is the shard's partition label, added to BindRequests
     and pods as KAI does for partitioned shards; leave None for the default shard.
     ``scheduled_events`` writes KAI's ``Scheduled`` Event per bind (one extra API call per
-    pod; benchmarks may turn it off).
+    pod; benchmarks may turn it off).  ``backoff_limit`` goes into every BindRequest
+    (see `bind_request_body`).
     """
     result = ApplyResult()
     applier = _Applier(
@@ -457,6 +470,7 @@ def apply_plan(
         node_pool_label,
         pod_uids,
         scheduled_events,
+        backoff_limit,
         result,
     )
     gang_sizes = Counter(e.job for e in plan.evictions)
@@ -468,10 +482,12 @@ def apply_plan(
         ],
         concurrency,
     )
+    done = set(result.evicted)
+    evicted_jobs = sorted({e.job for e in evictions if pod_key(e) in done})
     run_bounded(
         [
             applier.guard("annotate", f"PodGroup {job}", functools.partial(applier.mark_evicted, job))
-            for job in sorted({e.job for e in evictions})
+            for job in evicted_jobs
         ],
         concurrency,
     )
@@ -492,9 +508,25 @@ def apply_plan(
     return result
 
 
-def _pod_name(item: Bind | Eviction) -> str:
+def _budget_message(exc: ApiException) -> str:
+    """The refusal's cause, which names the budget ("The disruption budget web needs 2 healthy pods ...")."""
+    try:
+        status = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return api_error_message(exc)
+    causes = ((status.get("details") or {}).get("causes") or []) if isinstance(status, dict) else []
+    messages = [str(c.get("message")) for c in causes if isinstance(c, dict) and c.get("message")]
+    return "; ".join(messages) or api_error_message(exc)
+
+
+def pod_key(item: Bind | Eviction) -> str:
+    """``"namespace/pod"``, how results name pods."""
     namespace, _ = split_job_key(item.job)
-    return f"Pod {namespace}/{item.task}"
+    return f"{namespace}/{item.task}"
+
+
+def _pod_name(item: Bind | Eviction) -> str:
+    return f"Pod {pod_key(item)}"
 
 
 def _unique(items: list[_Item]) -> list[_Item]:

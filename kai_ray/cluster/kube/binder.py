@@ -15,7 +15,8 @@ carries them out (spec/kubernetes-api.md §4.3, §12 step 6):
    (``runai-gpu-group`` or, for several devices, ``runai-gpu-group/<group>``)
    and annotate ``received-resource-type`` — what KAI's scheduler and
    podgroup-controller later read back from the pod (§10.2);
-5. ``POST pods/<name>/binding``.  The API server refuses atomically a pod that
+5. ``POST pods/<name>/binding`` (the ``pods/binding`` subresource, so RBAC and
+   admission policies written for it apply).  The API server refuses atomically a pod that
    got a node or started terminating since step 2 (409); the pod is then read
    again and judged as in step 2, and the labels of step 4 are removed unless
    the pod did end up on the selected node;
@@ -27,9 +28,13 @@ Not done (no GPU device plugin in kai-ray's targets): reservation pods that pin
 a physical GPU index per group, and the ConfigMaps carrying
 ``NVIDIA_VISIBLE_DEVICES`` / ``GPU_PORTION`` into fraction containers.
 
-Requests are processed with bounded concurrency; the loop (`Binder.run`) is
+Requests are processed with bounded concurrency; a pass that runs out of time
+cancels what it has not started (requests in flight end within their API
+timeouts), and the next pass picks the rest up.  The loop (`Binder.run`) is
 driven by a watch and re-lists periodically and after any error, so a lost
-connection delays binding but never stops it.
+connection delays binding but never stops it.  A request that failed for good
+is deleted by the scheduler (`bind_requests.delete_stale`), so its pod is
+considered again.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -78,13 +83,17 @@ Phase = Literal["Succeeded", "Failed"]
 
 @dataclass(frozen=True)
 class BindOutcome:
-    """What happened to one BindRequest; ``request`` is ``"namespace/name"``."""
+    """What happened to one BindRequest; ``request`` is ``"namespace/name"``.
+
+    ``seconds`` is how long the attempt took (KAI's bind latency metric).
+    """
 
     request: str
     pod: str
     node: str
     phase: Phase
     reason: str = ""
+    seconds: float = 0.0
 
 
 @dataclass
@@ -223,12 +232,16 @@ class Binder:
             except TimeoutError:
                 result.timed_out = True
                 continue
-            except Exception as exc:  # bind_one records its own failures; this is a bug guard
+            except CancelledError:
+                continue
+            except Exception as exc:  # API failures end as Failed; this is NotLeader or a bug
                 result.errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             if outcome is not None:
                 result.outcomes.append(outcome)
-        pool.shutdown(wait=False)
+        # Requests not started by the deadline are dropped here and picked up by the next pass;
+        # those in flight finish within their API timeouts and record their own outcome.
+        pool.shutdown(wait=False, cancel_futures=True)
         return result
 
     def bind_one(self, obj: Mapping[str, Any]) -> BindOutcome | None:
@@ -255,13 +268,21 @@ class Binder:
             self._in_flight.add(key)
         try:
             pod_uid = ""
+            started = time.monotonic()
             try:
                 phase, reason, pod_uid = self._bind(namespace, obj, pod_name, node)
             except _Failure as failure:
                 phase, reason = "Failed", str(failure)
             except ApiException as exc:
                 phase, reason = "Failed", api_error_message(exc)
-            outcome = BindOutcome(f"{namespace}/{name}", f"{namespace}/{pod_name}", node, phase, reason)
+            outcome = BindOutcome(
+                f"{namespace}/{name}",
+                f"{namespace}/{pod_name}",
+                node,
+                phase,
+                reason,
+                time.monotonic() - started,
+            )
             retry = self._record(obj, outcome, pod_uid)
             with self._lock:
                 if retry is None:
@@ -274,15 +295,30 @@ class Binder:
                 self._in_flight.discard(key)
 
     def _forget_missing(self, items: list[dict[str, Any]]) -> None:
-        """Drop memory of requests that no longer exist (bounded memory on a long run)."""
+        """Drop memory of requests that no longer exist and of node answers that expired.
+
+        Called on every pass, so what the binder remembers is bounded by what exists now.
+        """
         present = {
             (str((o.get("metadata") or {}).get("namespace")), str((o.get("metadata") or {}).get("name")))
             for o in items
         }
+        now = time.monotonic()
         with self._lock:
             for memory in (self._done, self._retry_at):
                 for key in [k for k in memory if k not in present]:
                     del memory[key]
+            for node in [n for n, until in self._nodes.items() if until <= now]:
+                del self._nodes[node]
+
+    def tracked(self) -> dict[str, int]:
+        """Sizes of what the binder remembers per object (for the bounded-memory metric)."""
+        with self._lock:
+            return {
+                "binder_done": len(self._done),
+                "binder_retries": len(self._retry_at),
+                "binder_nodes": len(self._nodes),
+            }
 
     def _bind(
         self, namespace: str, obj: Mapping[str, Any], pod_name: str, node: str
@@ -435,8 +471,9 @@ class Binder:
             ),
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
-        # The server answers with a Status the generated client cannot decode as V1Binding.
-        discard(self.core.create_namespaced_binding(namespace, body, _preload_content=False))
+        # The pods/binding subresource, which RBAC (`create pods/binding`) and admission policies
+        # name; the server answers with a Status the generated client cannot decode as V1Binding.
+        discard(self.core.create_namespaced_pod_binding(pod, namespace, body, _preload_content=False))
 
     # ---- recording ----------------------------------------------------------------------
 

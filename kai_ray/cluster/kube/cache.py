@@ -298,6 +298,11 @@ class ClusterCache:
             generation = self._generation
         return CacheContents(generation, {kind: [_loads(t) for t in items] for kind, items in texts.items()})
 
+    def sizes(self) -> dict[str, int]:
+        """Objects held per kind (the cache's memory follows the cluster, never its history)."""
+        with self._cond:
+            return {kind: len(store) for kind, store in self._stores.items()}
+
     def relists(self, kind: str) -> int:
         """How often `kind` was re-listed after its first list (410 Gone); for tests and metrics."""
         with self._cond:

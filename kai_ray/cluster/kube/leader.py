@@ -217,5 +217,10 @@ class LeaderElector:
 
 
 def _wall_clock() -> dt.datetime:
-    """What the lease's timestamps carry (informational only: expiry uses the observed clock)."""
-    return dt.datetime.now(dt.UTC)
+    """What the lease's timestamps carry (informational only: expiry uses the observed clock).
+
+    Lease times are MicroTime, which the API server parses only with a fraction; the client
+    writes `isoformat()`, which leaves the fraction out when it is zero, so it never is here.
+    """
+    now = dt.datetime.now(dt.UTC)
+    return now.replace(microsecond=now.microsecond or 1)

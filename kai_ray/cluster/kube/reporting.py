@@ -139,6 +139,10 @@ class ProblemReporter:
         self._clear_fixed(troubled)
         return written
 
+    def tracked(self) -> dict[str, int]:
+        """What the reporter remembers per object; pruned on every `report` to current problems."""
+        return {"reported_problems": len(self._reported), "problem_conditions": len(self._conditions)}
+
     def _event(self, ref: ObjectRef, message: str) -> bool:
         try:
             self._recorder.record(ref, "Warning", INVALID_OBJECT, message)

@@ -2,41 +2,61 @@
 
 A thin shell around the engine: every decision is the engine's, made from
 the informer cache's snapshot; this module only moves data in and out, in
-a fixed order per cycle. Only the leader (a Lease) runs cycles, and the
-binder runs inside the leader's cycle, so two replicas never bind at once.
+a fixed order per cycle.  Only the leader schedules: with a `LeaderElector`
+the loop waits for the lease, and every write goes through the fenced API
+client, so a replica whose lease lapsed stops writing at once and `run`
+returns `RunOutcome.LOST_LEADERSHIP` (serve then exits non-zero, as KAI does).
+
+What the loop remembers about objects (Event dedupe, written conditions,
+binder state, metric series) is pruned every cycle to what the cache still
+holds, so memory follows the cluster's size, not its history.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kai_ray.api.config import SchedulerConfig
-from kai_ray.api.constants import NODE_POOL_LABEL
-from kai_ray.cluster.kube.apply import ApplyResult, apply_plan
+from kai_ray.api.constants import DEFAULT_NAMESPACE, NODE_POOL_LABEL
+from kai_ray.cluster.kube.apply import ApplyResult, BlockedEviction, apply_plan, pod_key
+from kai_ray.cluster.kube.bind_request_cleanup import CleanupResult, delete_stale_bind_requests
 from kai_ray.cluster.kube.binder import Binder, BindPassResult
 from kai_ray.cluster.kube.cache import ClusterCache
+from kai_ray.cluster.kube.fence import NotLeader
 from kai_ray.cluster.kube.grouper import ensure_pod_groups
 from kai_ray.cluster.kube.leader import LeaderElector
 from kai_ray.cluster.kube.reporting import ProblemReporter
 from kai_ray.cluster.kube.snapshot import snapshot
-from kai_ray.cluster.kube.status import EventWriter, PodGroupRef, StatusWriter, queue_usage_from_book
+from kai_ray.cluster.kube.status import (
+    EventWriter,
+    OperationError,
+    PodGroupRef,
+    StatusWriter,
+    queue_usage_from_book,
+)
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
+from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.model.snapshot import compile_snapshot
-from kai_ray.server.metrics import SchedulerMetrics
+from kai_ray.server.metrics import EvictedPodGroup, SchedulerMetrics
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PERIOD_SECONDS = 1.0
 CACHE_SYNC_TIMEOUT_SECONDS = 60.0
-BIND_PASS_TIMEOUT_SECONDS = 30.0
-EVENT_FLUSH_SECONDS = 5.0
+BIND_PASS_TIMEOUT_SECONDS = 8.0
+"""A bind pass never outlasts this, well inside the 15 s lease; what it did not start waits a cycle."""
+EVENT_FLUSH_SECONDS = 2.0
+DEFAULT_BIND_BACKOFF_LIMIT = 3
+"""Attempts the binder makes per BindRequest (1 s, 2 s apart) before the pod is scheduled anew."""
 DEFAULT_CONCURRENCY = 32
 """API calls in flight at once in each step (grouping, BindRequests, binding, status).
 
@@ -44,15 +64,24 @@ DEFAULT_CONCURRENCY = 32
 end-to-end benchmark binds about a quarter more pods per second with it (docs/kubernetes.md)."""
 
 
+class RunOutcome(enum.Enum):
+    STOPPED = "stopped"
+    """Asked to stop (SIGTERM); the lease was given up."""
+    LOST_LEADERSHIP = "lost leadership"
+    """The lease could not be renewed in time; every write was fenced from that moment."""
+
+
 @dataclass
 class CycleOutcome:
     plan: Plan
+    cleaned: CleanupResult
     applied: ApplyResult
     bound: BindPassResult
     seconds: float
     problems: int = 0
     phases: dict[str, float] = field(default_factory=dict)
-    """Seconds spent in each step, in cycle order: group, snapshot, report, plan, apply, bind, status."""
+    """Seconds spent in each step, in cycle order: cleanup, group, snapshot, report, plan, apply,
+    bind, status."""
 
 
 @dataclass
@@ -64,6 +93,7 @@ class KubeScheduler:
     namespace: str | None = None
     metrics: SchedulerMetrics | None = None
     concurrency: int = DEFAULT_CONCURRENCY
+    bind_backoff_limit: int | None = DEFAULT_BIND_BACKOFF_LIMIT
 
     def __post_init__(self) -> None:
         self.cache = ClusterCache(self.api, scheduler_name=self.scheduler_name, namespace=self.namespace)
@@ -82,12 +112,24 @@ class KubeScheduler:
             lookup=self.cache.get,
         )
 
-    def start(self) -> None:
+    def start(self, stop: threading.Event | None = None) -> bool:
+        """Start the cache and wait for its first full list; False if `stop` was set meanwhile.
+
+        After `CACHE_SYNC_TIMEOUT_SECONDS` it schedules from what it has (a kind the API
+        server cannot list must not keep everything else from being scheduled).
+        """
         self.cache.start()
-        if not self.cache.wait_synced(CACHE_SYNC_TIMEOUT_SECONDS):
-            log.warning(
-                "cluster cache not synced after %ss; scheduling from what it has", CACHE_SYNC_TIMEOUT_SECONDS
-            )
+        deadline = time.monotonic() + CACHE_SYNC_TIMEOUT_SECONDS
+        while not self.cache.wait_synced(0.2):
+            if stop is not None and stop.is_set():
+                return False
+            if time.monotonic() > deadline:
+                log.warning(
+                    "cluster cache not synced after %ss; scheduling from what it has",
+                    CACHE_SYNC_TIMEOUT_SECONDS,
+                )
+                break
+        return True
 
     def stop(self) -> None:
         """Stop the cache and send the Events still queued (waiting at most a few seconds)."""
@@ -99,6 +141,8 @@ class KubeScheduler:
         """One full cycle. Never raises on bad cluster objects: they are reported and skipped."""
         started = time.perf_counter()
         phases = _PhaseClock(started)
+        cleaned = delete_stale_bind_requests(self.api, self.cache, concurrency=self.concurrency)
+        phases.lap("cleanup")
         ensure_pod_groups(self.api, self.cache, self.events, concurrency=self.concurrency)
         phases.lap("group")
         state, problems = snapshot(self.cache)
@@ -108,8 +152,9 @@ class KubeScheduler:
         session = open_session(compile_snapshot(state), self.config, self.executor)
         plan = run_actions(session)
         phases.lap("plan")
-        cached = self.cache.contents(["Pod", "PodGroup"])
+        cached = self.cache.contents(["Pod", "PodGroup", "Queue", "Node"])
         pod_uids = _pod_uids(cached.objects["Pod"])
+        refs = _podgroup_refs(cached.objects["PodGroup"], pod_uids)
         applied = apply_plan(
             self.api,
             plan,
@@ -117,50 +162,206 @@ class KubeScheduler:
             recorder=self.events,
             pod_uids=pod_uids,
             concurrency=self.concurrency,
+            backoff_limit=self.bind_backoff_limit,
         )
         phases.lap("apply")
         bound = self.binder.bind_pending(timeout=BIND_PASS_TIMEOUT_SECONDS)
         phases.lap("bind")
+        blocked = _blocked_reasons(applied.blocked)
         # From the cache, not a GET per PodGroup: the plan names every job, running ones too.
-        self.status.write_podgroup_status(plan, _podgroup_refs(cached.objects["PodGroup"], pod_uids))
-        self.status.write_queue_status(queue_usage_from_book(session.queues))
+        written = self.status.write_podgroup_status(plan, refs, blocked)
+        queues = self.status.write_queue_status(queue_usage_from_book(session.queues))
         phases.lap("status")
+        self._forget_what_is_gone(cached.objects)
         seconds = time.perf_counter() - started
+        self._report(plan, cleaned, applied, bound, [*written.errors, *queues.errors], seconds)
         if self.metrics is not None:
-            self.metrics.observe_cycle(seconds * 1000, plan, session.queues)
-        log.info(
-            "cycle: %d bound, %d pipelined, %d evicted, %d pending jobs, %.3fs",
-            len(plan.binds),
-            len(plan.pipelined),
-            len(plan.evictions),
-            len(plan.pending_reasons),
-            seconds,
-        )
-        return CycleOutcome(plan, applied, bound, seconds, reported, phases.laps)
+            self._observe(session, plan, applied, bound, refs, cached.objects, phases.laps, seconds)
+        return CycleOutcome(plan, cleaned, applied, bound, seconds, reported, phases.laps)
 
     def run(
         self,
         stop: threading.Event,
         period: float = DEFAULT_PERIOD_SECONDS,
-        leader: LeaderElector | None = None,
-    ) -> None:
-        """Cycles until `stop` is set; the period is measured from the end of one cycle, as KAI does."""
-        self.start()
+        elector: LeaderElector | None = None,
+    ) -> RunOutcome:
+        """Cycle until `stop` is set or leadership is lost.
+
+        The period is measured from the end of one cycle, as KAI does.  With an elector,
+        nothing is scheduled before the lease is held, and the lease is renewed on the
+        elector's own thread, so a long cycle never lets it lapse.
+        """
+        if not self.start(stop):
+            self.stop()
+            return RunOutcome.STOPPED
+        outcome = RunOutcome.STOPPED
         try:
+            if elector is not None and not _wait_for_lease(elector, stop):
+                return outcome
+            if self.metrics is not None:
+                self.metrics.set_leader(True)
             while not stop.is_set():
-                if leader is None or leader.try_acquire_or_renew():
-                    self._guarded_cycle()
+                if elector is not None and not elector.leadership.is_leader():
+                    outcome = RunOutcome.LOST_LEADERSHIP
+                    break
+                self._guarded_cycle()
                 stop.wait(period)
         finally:
-            if leader is not None:
-                leader.release()
+            if self.metrics is not None:
+                self.metrics.set_leader(False)
+            if elector is not None and outcome is RunOutcome.STOPPED:
+                elector.release()
             self.stop()
+        return outcome
 
     def _guarded_cycle(self) -> None:
         try:
             self.run_cycle()
+        except NotLeader:
+            log.error("cycle stopped: this replica is no longer the leader")
         except Exception:
             log.exception("scheduling cycle failed; the next cycle starts from a fresh snapshot")
+
+    # ---------------------------------------------------------------- after the cycle
+    def _forget_what_is_gone(self, objects: Mapping[str, list[dict[str, Any]]]) -> None:
+        pods = set(_keys(objects["Pod"]))
+        podgroups = set(_keys(objects["PodGroup"]))
+        queues = {name for _, name in _keys(objects["Queue"])}
+        alive = {("Pod", ns, name) for ns, name in pods} | {("PodGroup", ns, name) for ns, name in podgroups}
+        alive |= {("Queue", DEFAULT_NAMESPACE, name) for name in queues}  # cluster-scoped: Events in default
+        self.events.forget(alive)
+        self.status.forget(pods, queues)
+        if self.metrics is not None:
+            self.metrics.forget_podgroups(podgroups)
+
+    def tracked(self) -> dict[str, int]:
+        """How much the loop remembers per object, by memory: the bounded-memory evidence."""
+        sizes = {"event_dedupe": self.events.tracked(), **self.status.tracked(), **self.binder.tracked()}
+        sizes.update(self.reporter.tracked())
+        sizes.update({f"cache_{kind}": count for kind, count in self.cache.sizes().items()})
+        return sizes
+
+    def _report(
+        self,
+        plan: Plan,
+        cleaned: CleanupResult,
+        applied: ApplyResult,
+        bound: BindPassResult,
+        status_errors: list[OperationError],
+        seconds: float,
+    ) -> None:
+        errors = [*cleaned.errors, *applied.errors, *status_errors]
+        for error in errors:
+            # One line per kind of failure (operation, object kind, status), not per object.
+            kind = (error.operation, error.object.split(" ", 1)[0], error.message.split(":", 1)[0])
+            log.warning("%s", error, extra={"repeat_key": kind})
+        for item in applied.blocked:
+            log.warning(
+                "eviction of pod %s refused by a PodDisruptionBudget: %s",
+                item.pod,
+                item.message,
+                extra={"repeat_key": ("blocked", item.message)},
+            )
+        for request, reason in bound.failed:
+            log.warning("binding %s failed: %s", request, reason, extra={"repeat_key": ("bind", reason[:40])})
+        log.info(
+            "cycle: %d placed, %d bind requests, %d bound, %d bind failures, %d pipelined, %d evicted, "
+            "%d evictions blocked, %d pending jobs, %d API errors, %.3fs",
+            len(plan.binds),
+            len(applied.bind_requests),
+            len(bound.succeeded),
+            len(bound.failed),
+            len(plan.pipelined),
+            len(applied.evicted),
+            len(applied.blocked),
+            len(plan.pending_reasons),
+            len(errors) + len(bound.errors),
+            seconds,
+        )
+
+    def _observe(
+        self,
+        session: Any,
+        plan: Plan,
+        applied: ApplyResult,
+        bound: BindPassResult,
+        refs: Mapping[str, PodGroupRef],
+        objects: Mapping[str, list[dict[str, Any]]],
+        phases: Mapping[str, float],
+        seconds: float,
+    ) -> None:
+        metrics = self.metrics
+        assert metrics is not None
+        metrics.observe_cycle(
+            seconds=seconds,
+            open_session_seconds=phases.get("snapshot", 0.0) + phases.get("report", 0.0),
+            close_session_seconds=phases.get("status", 0.0),
+            action_seconds=session.action_seconds,
+            plan=plan,
+            queues=session.queues,
+            display_names=_display_names(objects["Queue"]),
+        )
+        for outcome in bound.outcomes:
+            metrics.observe_bind(outcome.phase == "Succeeded", outcome.seconds)
+        metrics.observe_evictions(_evicted_podgroups(plan, applied, refs))
+        metrics.observe_blocked_evictions(len(applied.blocked))
+        metrics.set_tracked(self.tracked())
+
+
+def _wait_for_lease(elector: LeaderElector, stop: threading.Event) -> bool:
+    """Start the elector's thread and wait until it leads; False when stopped first."""
+    threading.Thread(target=elector.run, args=(stop,), name="kai-leader", daemon=True).start()
+    while not elector.wait_acquired(0.2):
+        if stop.is_set():
+            return False
+    return True
+
+
+def _blocked_reasons(blocked: Iterable[BlockedEviction]) -> dict[str, PendingReason]:
+    """Per job that needed the room: which evictions were refused, and the budgets' words."""
+    by_job: dict[str, list[str]] = {}
+    for item in blocked:
+        preemptor = item.eviction.reason.preemptor
+        if preemptor is not None:
+            by_job.setdefault(preemptor, []).append(f"eviction of pod {item.pod} was refused: {item.message}")
+    return {
+        job: PendingReason(PendingCause.EVICTION_BLOCKED, "; ".join(sorted(set(messages))))
+        for job, messages in by_job.items()
+    }
+
+
+def _evicted_podgroups(
+    plan: Plan, applied: ApplyResult, refs: Mapping[str, PodGroupRef]
+) -> list[EvictedPodGroup]:
+    done = set(applied.evicted)
+    counts: dict[tuple[str, str], int] = {}
+    for eviction in plan.evictions:
+        if pod_key(eviction) in done:
+            key = (eviction.job, eviction.reason.cause.value)
+            counts[key] = counts.get(key, 0) + 1
+    evicted = []
+    for (job, action), pods in sorted(counts.items()):
+        ref = refs.get(job)
+        namespace, _, name = job.partition("/")
+        uid, pool = (ref.uid, ref.node_pool) if ref is not None else ("", "")
+        evicted.append(EvictedPodGroup(namespace, name, uid, pool, action, pods))
+    return evicted
+
+
+def _display_names(queues: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    names = {}
+    for queue in queues:
+        display = (queue.get("spec") or {}).get("displayName")
+        if display:
+            names[str((queue.get("metadata") or {}).get("name"))] = str(display)
+    return names
+
+
+def _keys(objects: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    return [
+        (str((o.get("metadata") or {}).get("namespace") or ""), str((o.get("metadata") or {}).get("name")))
+        for o in objects
+    ]
 
 
 class _PhaseClock:

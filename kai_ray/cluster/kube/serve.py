@@ -1,45 +1,72 @@
-"""`kai-ray serve`: process-level wiring of the scheduling loop (signals, leader lease, metrics, logs)."""
+"""`kai-ray serve`: process-level wiring of the scheduling loop (signals, leader lease, metrics, logs).
+
+Everything that can be wrong before the first cycle is said in one line and
+ends the process with a status that tells what kind of problem it was (2: the
+input, a kubeconfig or configuration file; 1: the cluster, unreachable or
+refusing a permission); no traceback reaches the terminal for those.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import yaml
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
-from kai_ray.cluster.kube.leader import LeaderElector
-from kai_ray.cluster.kube.scheduler import DEFAULT_CONCURRENCY, KubeScheduler
+from kai_ray import __version__
+from kai_ray.api.config import SchedulerConfig
+from kai_ray.api.scheduler_conf import SchedulerConfigError, load_scheduler_config
+from kai_ray.cluster.kube.fence import FencedApiClient
+from kai_ray.cluster.kube.leader import LeaderElector, lease_name
+from kai_ray.cluster.kube.logs import configure_logging
+from kai_ray.cluster.kube.permissions import missing_permissions
+from kai_ray.cluster.kube.scheduler import DEFAULT_CONCURRENCY, KubeScheduler, RunOutcome
 from kai_ray.distributed.executor import Executor
 from kai_ray.server.metrics import SchedulerMetrics
 
-LEASE_NAME = "kai-ray-scheduler"
+log = logging.getLogger(__name__)
+
+EXIT_STOPPED = 0
+EXIT_CLUSTER = 1
+"""The cluster refused (unreachable, credentials, permissions) or leadership was lost."""
+EXIT_INPUT = 2
+"""A kubeconfig, configuration file or flag is wrong."""
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:8080"
+TOKEN_REFRESH_SECONDS = 10.0
+"""How often the kubeconfig loader may re-check its token (it refreshes 5 minutes before expiry)."""
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: what log collectors in a cluster expect."""
+class ServeError(Exception):
+    """A problem that ends `serve` before it schedules anything; `str()` is the one line to print."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {"time": self.formatTime(record), "level": record.levelname, "logger": record.name}
-        entry["message"] = record.getMessage()
-        if record.exc_info:
-            entry["error"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
-def _configure_logging() -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
-    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+@dataclass(frozen=True)
+class ServeOptions:
+    kubeconfig: Path | None
+    """None: the in-cluster service account (the scheduler runs as a pod)."""
+    scheduler_name: str = "kai-scheduler"
+    period: float = 1.0
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
+    """``host:port`` for /metrics; empty disables it; port 0 picks a free one (logged)."""
+    lease_namespace: str = "default"
+    identity: str | None = None
+    config_file: Path | None = None
+    bind_backoff_limit: int = 3
 
 
 def pool_size_for(concurrency: int) -> int:
@@ -48,19 +75,136 @@ def pool_size_for(concurrency: int) -> int:
     return concurrency + 8
 
 
-def api_client(kubeconfig: Path, pool_size: int = 40) -> client.ApiClient:
+def load_configuration(kubeconfig: Path | None) -> client.Configuration:
+    """The client configuration from a kubeconfig file, or in-cluster when there is none."""
     configuration = client.Configuration()
-    # The client library ships this loader without annotations.
-    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.connection_pool_maxsize = pool_size
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except config.ConfigException as error:
+            raise ServeError(
+                f"no --kubeconfig given and not running in a cluster ({error})", EXIT_INPUT
+            ) from None
+        return configuration
+    if not kubeconfig.is_file():
+        raise ServeError(f"kubeconfig {kubeconfig}: no such file", EXIT_INPUT)
+    try:
+        # The client library ships this loader without annotations.
+        config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except (config.ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ServeError(f"kubeconfig {kubeconfig}: {reason}", EXIT_INPUT) from None
     hook = configuration.refresh_api_key_hook
     if hook is not None:
         configuration.refresh_api_key_hook = _throttled(hook, TOKEN_REFRESH_SECONDS)
-    return client.ApiClient(configuration)
+    return configuration
 
 
-TOKEN_REFRESH_SECONDS = 10.0
-"""How often the kubeconfig loader may re-check its token (it refreshes 5 minutes before expiry)."""
+def check_cluster(api: Any, lease_namespace: str) -> None:
+    """Reachable, credentials accepted, every permission granted; else one `ServeError` line."""
+    host = api.configuration.host
+    try:
+        client.VersionApi(api).get_code(_request_timeout=(5.0, 5.0))
+        missing = missing_permissions(api, lease_namespace)
+    except ApiException as error:
+        if error.status in (401, 403):
+            raise ServeError(
+                f"the API server at {host} refused our credentials ({error.status} {error.reason})",
+                EXIT_CLUSTER,
+            ) from None
+        raise ServeError(
+            f"the API server at {host} answered {error.status} {error.reason}", EXIT_CLUSTER
+        ) from None
+    except Exception as error:  # connection refused, TLS, timeout: urllib3 wraps them variously
+        raise ServeError(
+            f"cannot reach the API server at {host}: {_root_cause(error)}", EXIT_CLUSTER
+        ) from None
+    if missing:
+        listed = ", ".join(str(p) for p in missing)
+        raise ServeError(
+            f"missing permissions: {listed} (docs/kubernetes.md lists what serve needs; "
+            "examples/rbac/serve-rbac.yaml grants it)",
+            EXIT_CLUSTER,
+        )
+
+
+def serve_forever(options: ServeOptions, executor: Executor | None) -> int:
+    """Schedule until SIGTERM/SIGINT (exit 0) or lost leadership (exit 1); start-up problems exit early."""
+    configure_logging()
+    try:
+        return _serve(options, executor)
+    except ServeError as error:
+        log.error("%s", error)
+        return error.exit_code
+
+
+def _serve(options: ServeOptions, executor: Executor | None) -> int:
+    scheduler_config = _scheduler_config(options.config_file)
+    configuration = load_configuration(options.kubeconfig)
+    configuration.connection_pool_maxsize = pool_size_for(DEFAULT_CONCURRENCY)
+    identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
+    # Unfenced: the lease and the start-up checks come before leadership.
+    election_api = client.ApiClient(configuration)
+    election_api.user_agent = f"kai-ray/{__version__} ({identity})"
+    check_cluster(election_api, options.lease_namespace)
+    elector = LeaderElector(
+        election_api, options.lease_namespace, lease_name(options.scheduler_name), identity
+    )
+    api = FencedApiClient(configuration, elector.leadership)
+    api.user_agent = election_api.user_agent
+    metrics = SchedulerMetrics()
+    if options.metrics_address:
+        try:
+            host, port = metrics.serve(options.metrics_address)
+        except (ValueError, OSError) as error:
+            raise ServeError(f"--metrics-address {options.metrics_address}: {error}", EXIT_INPUT) from None
+        log.info("metrics on http://%s:%d/metrics", host, port)
+    scheduler = KubeScheduler(
+        api,
+        config=scheduler_config,
+        scheduler_name=options.scheduler_name,
+        executor=executor,
+        metrics=metrics,
+        bind_backoff_limit=options.bind_backoff_limit,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: finishing the cycle, giving up the lease", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("kai-ray %s serving as %s (scheduler %s)", __version__, identity, options.scheduler_name)
+    outcome = scheduler.run(stop, period=options.period, elector=elector)
+    if outcome is RunOutcome.LOST_LEADERSHIP:
+        log.error("exiting: leadership was lost; another replica schedules now")
+        return EXIT_CLUSTER
+    return EXIT_STOPPED
+
+
+def _scheduler_config(path: Path | None) -> SchedulerConfig:
+    if path is None:
+        return SchedulerConfig()
+    try:
+        loaded, warnings = load_scheduler_config(path)
+    except SchedulerConfigError as error:
+        raise ServeError(str(error), EXIT_INPUT) from None
+    for warning in warnings:
+        log.warning("%s", warning)
+    return loaded
+
+
+def _root_cause(error: BaseException) -> str:
+    """The innermost reason of a connection failure ("Connection refused"), not urllib3's wrapping."""
+    seen = error
+    while True:
+        inner = getattr(seen, "reason", None) or seen.__cause__ or seen.__context__
+        if not isinstance(inner, BaseException) or inner is seen:
+            break
+        seen = inner
+    text = str(seen)
+    return text.rsplit(": ", 1)[-1] if ": " in text else text or type(seen).__name__
 
 
 def _throttled(hook: Callable[[Any], None], seconds: float) -> Callable[[Any], None]:
@@ -86,33 +230,3 @@ def _throttled(hook: Callable[[Any], None], seconds: float) -> Callable[[Any], N
             configuration.refresh_api_key_hook = refresh
 
     return refresh
-
-
-def serve_forever(
-    *,
-    kubeconfig: Path,
-    scheduler_name: str,
-    executor: Executor | None,
-    period: float,
-    metrics_port: int | None,
-    lease_namespace: str,
-    identity: str | None,
-) -> None:
-    """Runs until SIGTERM or SIGINT, then finishes the current cycle and gives the lease up."""
-    _configure_logging()
-    api = api_client(kubeconfig, pool_size=pool_size_for(DEFAULT_CONCURRENCY))
-    metrics = SchedulerMetrics()
-    if metrics_port is not None:
-        metrics.serve(metrics_port)
-    scheduler = KubeScheduler(api, scheduler_name=scheduler_name, executor=executor, metrics=metrics)
-    name = identity or f"{socket.gethostname()}-{os.getpid()}"
-    leader = LeaderElector(api, lease_namespace, LEASE_NAME, name)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        logging.getLogger(__name__).info("signal %d: stopping after this cycle", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    scheduler.run(stop, period=period, leader=leader)

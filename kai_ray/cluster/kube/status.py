@@ -30,7 +30,7 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -50,6 +50,7 @@ from kai_ray.api.constants import (
     SCHEDULER_NAME,
     SCHEDULING_GROUP,
 )
+from kai_ray.cluster.kube.fence import NotLeader
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.reasons import PendingReason
 from kai_ray.model.objects import ACTIVE_ALLOCATED, TaskStatus
@@ -419,6 +420,8 @@ class EventWriter:
                     return
                 try:
                     self._send(item.namespace, item.event)
+                except NotLeader:
+                    self.dropped += 1  # leadership is gone and the process is stopping: drop quietly
                 except Exception as exc:  # best effort, as in Kubernetes
                     log.warning(
                         "could not write Event %s: %s", item.event.get("reason"), api_error_message(exc)
@@ -430,11 +433,19 @@ class EventWriter:
                 self._queue.task_done()
 
     def forget(self, keep: Iterable[tuple[str, str, str]]) -> None:
-        """Drop dedupe memory for objects not in ``keep`` ((kind, namespace, name) triples)."""
+        """Drop dedupe memory for objects not in ``keep`` ((kind, namespace, name) triples).
+
+        The scheduler calls this every cycle with what the cache holds, so the memory is
+        bounded by the objects that exist, not by every object ever seen.
+        """
         alive = set(keep)
         with self._lock:
             for key in [k for k in self._last if k not in alive]:
                 del self._last[key]
+
+    def tracked(self) -> int:
+        with self._lock:
+            return len(self._last)
 
 
 # --------------------------------------------------------------------------------------------
@@ -584,23 +595,34 @@ class StatusWriter:
     # ---- PodGroups ----------------------------------------------------------------------
 
     def write_podgroup_status(
-        self, plan: Plan, podgroups: Mapping[str, PodGroupRef] | None = None
+        self,
+        plan: Plan,
+        podgroups: Mapping[str, PodGroupRef] | None = None,
+        blocked: Mapping[str, PendingReason] | None = None,
     ) -> StatusResult:
         """Explain pending jobs and clear the explanation of placed ones.
 
         ``podgroups`` maps job key (``"ns/name"``) to what the cache knows about that
         PodGroup; keys missing from it are skipped (the PodGroup does not exist).  Without it
         every job of the plan is read with a GET first — fine for tests and small clusters.
+        ``blocked`` explains jobs whose placement could not be carried out (an eviction they
+        needed was refused): they get that reason and its condition even though the plan
+        placed them, since nothing will run until the budget allows it.
         """
         result = StatusResult()
+        blocked = blocked or {}
         jobs = _plan_jobs(plan)
-        calls = [
-            functools.partial(
-                self._write_job, key, statuses, plan.pending_reasons.get(key), podgroups, result
-            )
-            for key, statuses in sorted(jobs.items())
-            if _may_need_writing(key, plan.pending_reasons.get(key), podgroups)
-        ]
+        for key in blocked:
+            jobs.setdefault(key, {})
+        calls = []
+        for key, statuses in sorted(jobs.items()):
+            reason = blocked.get(key) or plan.pending_reasons.get(key)
+            if _may_need_writing(key, reason, podgroups):
+                forced = key in blocked
+                write = functools.partial(
+                    self._write_job, key, statuses, reason, podgroups, result, forced=forced
+                )
+                calls.append(write)
         run_bounded(calls, self.concurrency)
         return result
 
@@ -611,6 +633,8 @@ class StatusWriter:
         reason: PendingReason | None,
         podgroups: Mapping[str, PodGroupRef] | None,
         result: StatusResult,
+        *,
+        forced: bool = False,
     ) -> None:
         namespace, name = split_job_key(key)
         obj = f"PodGroup {namespace}/{name}"
@@ -630,7 +654,7 @@ class StatusWriter:
                     return
                 ref = found
             if reason is not None:
-                self._explain(ref, reason, statuses, result)
+                self._explain(ref, reason, statuses, result, forced=forced)
             elif ref.scheduling_conditions and not any(s in _WAITING for s in statuses.values()):
                 self.custom.patch_status(
                     PODGROUPS, PODGROUP_VERSION, namespace, name, {"status": {"schedulingConditions": None}}
@@ -640,7 +664,13 @@ class StatusWriter:
             result.add("errors", OperationError("write status of", obj, api_error_message(exc)))
 
     def _explain(
-        self, ref: PodGroupRef, reason: PendingReason, statuses: dict[str, TaskStatus], result: StatusResult
+        self,
+        ref: PodGroupRef,
+        reason: PendingReason,
+        statuses: dict[str, TaskStatus],
+        result: StatusResult,
+        *,
+        forced: bool = False,
     ) -> None:
         key = f"{ref.namespace}/{ref.name}"
         # KAI records the Event on every pending job but leaves the condition alone while any
@@ -653,7 +683,7 @@ class StatusWriter:
             dedupe=True,
         ):
             result.add("events", 1)
-        if not any(s in ACTIVE_ALLOCATED for s in statuses.values()):
+        if forced or not any(s in ACTIVE_ALLOCATED for s in statuses.values()):
             conditions = desired_conditions(ref.scheduling_conditions, ref.node_pool, [reason], self.clock())
             if conditions is not None:
                 self.custom.patch_status(
@@ -705,6 +735,24 @@ class StatusWriter:
         with self._lock:
             self._pod_conditions[key] = message
         result.add("pods_marked", 1)
+
+    # ---- memory -------------------------------------------------------------------------
+
+    def forget(self, pods: Collection[tuple[str, str]], queues: Collection[str]) -> None:
+        """Drop what is remembered about pods ((namespace, name)) and queues that no longer exist.
+
+        Called every cycle with what the cache holds: the memory stays bounded by what
+        exists.  A pod or queue created again under the same name is simply written again.
+        """
+        with self._lock:
+            for key in [k for k in self._pod_conditions if k not in pods]:
+                del self._pod_conditions[key]
+            for name in [n for n in self._queue_status if n not in queues]:
+                del self._queue_status[name]
+
+    def tracked(self) -> dict[str, int]:
+        with self._lock:
+            return {"pod_conditions": len(self._pod_conditions), "queue_status": len(self._queue_status)}
 
     # ---- Queues -------------------------------------------------------------------------
 
