@@ -19,7 +19,7 @@ import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kai_ray.api.config import DEFAULT_PLUGINS, Placement, PluginSpec, SchedulerConfig
+from kai_ray.api.config import DEFAULT_PLUGINS, PluginSpec, SchedulerConfig
 from kai_ray.engine.cycle import open_session as _open_session
 from kai_ray.engine.cycle import run_actions, schedule
 from kai_ray.engine.jobs import Job, Task
@@ -308,8 +308,6 @@ def config(
         {
             "actions": actions,
             "plugins": plugins,
-            "placement": Placement.model_validate({"gpu": gpu_placement, "cpu": cpu_placement}),
-            "k8s_predicates": predicates,
         }
     )
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 T = TypeVar("T")
@@ -74,3 +75,8 @@ def gone(core: client.CoreV1Api, namespace: str, pod: str) -> bool | None:
             return True
         raise
     return None
+
+
+def api_for_kubeconfig(path: Path) -> Any:
+    """An ApiClient acting as the kubeconfig's user, e.g. a non-admin ServiceAccount (callers close it)."""
+    return config.new_client_from_config(config_file=str(path))

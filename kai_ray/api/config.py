@@ -45,6 +45,19 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "sg-multinodegang",
 )
 
+KNOWN_PLUGINS: frozenset[str] = frozenset(
+    {
+        *DEFAULT_PLUGINS,
+        "gpuspread",
+        "podaffinity",
+    }
+)
+"""Every plugin name the engine accepts; a config naming any other plugin has it skipped.
+
+Listed here rather than read from the engine's plugin registry because this
+package imports nothing else of kai-ray; a unit test keeps the two in step.
+"""
+
 
 class PluginSpec(BaseModel):
     """One enabled plugin; arguments are strings, as in KAI's config file."""
@@ -55,13 +68,6 @@ class PluginSpec(BaseModel):
     arguments: dict[str, str] = Field(default_factory=dict)
 
 
-class Placement(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    gpu: PlacementStrategy = "binpack"
-    cpu: PlacementStrategy = "binpack"
-
-
 class SchedulerConfig(BaseModel):
     """Everything a session needs to know besides the cluster itself."""
 
@@ -69,11 +75,10 @@ class SchedulerConfig(BaseModel):
 
     actions: tuple[ActionName, ...] = DEFAULT_ACTIONS
     plugins: tuple[PluginSpec, ...] = tuple(PluginSpec(name=n) for n in DEFAULT_PLUGINS)
-    placement: Placement = Placement()
-    k8s_predicates: bool = True
     default_staleness_grace_seconds: float = 60.0
     max_consolidation_preemptees: int = 16
     allow_consolidating_reclaim: bool = True
+    """KAI's --allow-consolidating-reclaim: victims the simulation re-placed do not count as reclaimed."""
     k_value: float = 1.0
     search_budget_scenarios: int = 2000
 

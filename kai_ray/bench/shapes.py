@@ -18,7 +18,6 @@ from kai_ray.api.config import (
     DEFAULT_ACTIONS,
     DEFAULT_PLUGINS,
     ActionName,
-    Placement,
     PluginSpec,
     SchedulerConfig,
 )
@@ -72,9 +71,8 @@ def harness_config(actions: Actions) -> SchedulerConfig:
     writes: default plugins with binpack placement, predicates on, unlimited
     consolidation preemptees, a 60 s stale-gang grace period.
     """
-    placement = Placement()
     plugins = tuple(
-        PluginSpec(name=name, arguments={"gpu": placement.gpu, "cpu": placement.cpu})
+        PluginSpec(name=name, arguments={"gpu": "binpack", "cpu": "binpack"})
         if name == "nodeplacement"
         else PluginSpec(name=name)
         for name in DEFAULT_PLUGINS
@@ -82,8 +80,6 @@ def harness_config(actions: Actions) -> SchedulerConfig:
     return SchedulerConfig(
         actions=actions,
         plugins=plugins,
-        placement=placement,
-        k8s_predicates=True,
         default_staleness_grace_seconds=STALE_GANG_GRACE_SECONDS,
         max_consolidation_preemptees=-1,
         allow_consolidating_reclaim=True,

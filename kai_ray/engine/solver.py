@@ -31,11 +31,17 @@ from kai_ray.model.resources import EPSILON, GPU
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a simulated scenario did: the victims, and which of them found a new place."""
+    """What a simulated scenario did: the victims, and which of them found a new place.
+
+    `nodes_before` keeps each victim's node row from before the scenario, because a
+    re-placed victim's `node` already names its new place while a validator that
+    counts it as taken (reclaim without consolidating reclaim) needs the old one.
+    """
 
     preemptor: Job
     victims: list[Task]
     replaced: frozenset[int]
+    nodes_before: dict[int, int | None]
 
     def evicted(self) -> list[Task]:
         return [t for t in self.victims if t.uid not in self.replaced]
@@ -206,6 +212,7 @@ def _multi_node_scenarios(
 def simulate(session: Session, preemptor: Job, victims: list[Task], policy: VictimPolicy) -> Statement | None:
     statement = Statement(session)
     active_before = sum(1 for t in preemptor.tasks if t.status in ACTIVE_USED)
+    nodes_before = {t.uid: t.node for t in victims}
     for task in victims:
         statement.evict(task)
     evicted = {t.uid for t in victims}
@@ -219,7 +226,7 @@ def simulate(session: Session, preemptor: Job, victims: list[Task], policy: Vict
         statement.discard()
         return None
     replaced = frozenset(t.uid for t in victims if t.status != TaskStatus.RELEASING)
-    outcome = Outcome(preemptor, victims, replaced)
+    outcome = Outcome(preemptor, victims, replaced, nodes_before)
     if not policy.accepts(outcome):
         statement.discard()
         return None

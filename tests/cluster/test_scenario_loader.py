@@ -229,14 +229,14 @@ def test_config_knobs_and_cycle_count(tmp_path: Path) -> None:
     assert cfg.actions == ("allocate",)
     assert cfg.default_staleness_grace_seconds == 60
     assert cfg.max_consolidation_preemptees == -1
-    assert cfg.placement.gpu == "binpack" and cfg.placement.cpu == "spread"
+    assert cfg.plugin_arguments("nodeplacement") == {"gpu": "binpack", "cpu": "spread"}
 
 
 def test_default_plugins_are_kais_list_with_placement_arguments(tmp_path: Path) -> None:
     cfg = load_scenario(write(tmp_path, BASE)).config
     assert [p.name for p in cfg.plugins] == list(DEFAULT_PLUGINS)
     assert cfg.plugin_arguments("nodeplacement") == {"gpu": "binpack", "cpu": "spread"}
-    assert cfg.k8s_predicates and cfg.has_plugin("predicates")
+    assert cfg.has_plugin("predicates")
 
 
 def test_plugin_list_replaces_the_defaults(tmp_path: Path) -> None:
@@ -253,7 +253,6 @@ def test_plugin_list_replaces_the_defaults(tmp_path: Path) -> None:
 
 def test_k8s_predicates_false_removes_the_predicates_plugin(tmp_path: Path) -> None:
     cfg = load_scenario(write(tmp_path, variant(k8sPredicates=False))).config
-    assert not cfg.k8s_predicates
     assert not cfg.has_plugin("predicates")
     assert [p.name for p in cfg.plugins] == [n for n in DEFAULT_PLUGINS if n != "predicates"]
 

@@ -2,24 +2,29 @@
 
 These tests pin down what every other Kubernetes test relies on: authenticated TLS access,
 established CRDs, the default queues and priority classes, fake GPU nodes, a pod runner that
-turns bound pods Running and finalizes deleted ones, and start/stop leaving no processes.
+turns bound pods Running and finalizes deleted ones, and start/stop leaving no processes,
+credentials private while running and gone after stop, the opt-in audit log, and a
+non-admin ServiceAccount identity.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import ssl
+import stat
 import threading
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kube_support import wait_for
+from kube_support import api_for_kubeconfig, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -284,8 +289,147 @@ def test_fake_kubelet_runs_pods_on_its_nodes(kube_cluster: DevCluster, kube_api:
     assert errors == []
 
 
+def _forbidden(call: Any) -> ApiException:
+    with pytest.raises(ApiException) as err:
+        call()
+    assert err.value.status == 403
+    return err.value
+
+
+def test_service_account_kubeconfig_is_a_non_admin_identity_subject_to_rbac(
+    kube_cluster: DevCluster, kube_api: Any, namespace: str, tmp_path: Path
+) -> None:
+    path = devcluster.service_account_kubeconfig(
+        kube_cluster, kube_api, namespace, "tester", tmp_path / "tester.kubeconfig"
+    )
+    assert path == tmp_path / "tester.kubeconfig"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # Again for an existing ServiceAccount (409 is not an error): a second kubeconfig for it.
+    devcluster.service_account_kubeconfig(kube_cluster, kube_api, namespace, "tester", tmp_path / "again")
+    rbac = client.RbacAuthorizationV1Api(kube_api)
+    role = f"list-pods-{namespace}"
+    rbac.create_cluster_role(
+        client.V1ClusterRole(
+            metadata=client.V1ObjectMeta(name=role),
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["list"])],
+        )
+    )
+    api = api_for_kubeconfig(path)
+    try:
+        core = client.CoreV1Api(api)
+        denied = _forbidden(lambda: core.list_namespaced_pod(namespace))
+        # Anonymous requests are refused too: the refusal must name the ServiceAccount.
+        assert f"system:serviceaccount:{namespace}:tester" in str(denied.body)
+
+        rbac.create_namespaced_role_binding(
+            namespace,
+            client.V1RoleBinding(
+                metadata=client.V1ObjectMeta(name="tester-list-pods"),
+                role_ref=client.V1RoleRef(
+                    api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role
+                ),
+                subjects=[client.RbacV1Subject(kind="ServiceAccount", name="tester", namespace=namespace)],
+            ),
+        )
+
+        def lists_pods() -> bool | None:
+            try:
+                core.list_namespaced_pod(namespace)
+            except ApiException as exc:
+                if exc.status == 403:
+                    return None  # the authorizer's RBAC cache has not seen the binding yet
+                raise
+            return True
+
+        wait_for("the RoleBinding to let the ServiceAccount list pods", lists_pods)
+        # Exactly what was granted: not other verbs, not other namespaces.
+        _forbidden(lambda: core.create_namespaced_pod(namespace, make_pod("not-allowed")))
+        _forbidden(lambda: core.list_namespaced_pod("default"))
+    finally:
+        api.close()
+        rbac.delete_cluster_role(role)
+
+
 # ------------------------------------------------------------------------------------------
 # start/stop lifecycle (separate, minimal clusters so the session cluster is untouched)
+
+#: Files holding a credential (the admin token or a private key), relative to the cluster dir.
+SECRET_FILES = ("tokens.csv", "kubeconfig", "state.json", "sa.key", "pki/apiserver.key")
+PROBE_AGENT = "probe/1 (x)"
+
+
+@pytest.fixture(scope="module")
+def audited_cluster(kube_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    """One small cluster with the audit log on, shared by this module's audit and file-mode tests."""
+    cluster_dir = tmp_path_factory.mktemp("audited")
+    cluster = devcluster.start(
+        cluster_dir, bin_dir=kube_bin_dir, pod_runner="none", audit=True, die_with_parent=True
+    )
+    try:
+        yield cluster
+    finally:
+        devcluster.stop(cluster_dir)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_credentials_are_readable_by_the_owner_only(audited_cluster: DevCluster) -> None:
+    root = audited_cluster.dir
+    assert {name: oct(_mode(root / name)) for name in (*SECRET_FILES, "audit.log")} == {
+        name: "0o600" for name in (*SECRET_FILES, "audit.log")
+    }
+    assert oct(_mode(root / "pki")) == "0o700"
+    # Whatever else is in the directory: no file group/other can read holds the admin token.
+    holding_token = {
+        str(path.relative_to(root))
+        for path in root.rglob("*")
+        if path.is_file()
+        and "etcd-data" not in path.parts
+        and audited_cluster.token in path.read_text(errors="replace")
+    }
+    assert holding_token == {"tokens.csv", "kubeconfig", "state.json"}
+    assert all(_mode(root / name) & 0o077 == 0 for name in holding_token)
+
+
+def test_audit_log_records_mutations_with_their_user_agent_and_not_reads(audited_cluster: DevCluster) -> None:
+    assert audited_cluster.audit_log == audited_cluster.dir / "audit.log"
+    state = json.loads((audited_cluster.dir / "state.json").read_text())
+    assert state["audit_log"] == str(audited_cluster.audit_log)
+    api = audited_cluster.api_client()
+    api.user_agent = PROBE_AGENT
+    name = f"audited-{uuid.uuid4().hex[:8]}"
+    try:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod("default", make_pod(name))
+        core.read_namespaced_pod(name, "default")
+        core.list_namespaced_pod("default")
+        core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+    finally:
+        api.close()
+    # Read at once: blocking mode puts each event on disk before its response is sent.
+    probed = [e for e in devcluster.read_audit_events(audited_cluster) if e["userAgent"] == PROBE_AGENT]
+    assert [(e["verb"], e["objectRef"]["resource"], e["objectRef"]["namespace"]) for e in probed] == [
+        ("create", "pods", "default"),
+        ("delete", "pods", "default"),
+    ]
+    create, delete = probed
+    assert create["level"] == "Metadata" and "requestObject" not in create
+    assert create["user"]["username"] == "admin"
+    assert create["responseStatus"]["code"] == 201
+    assert delete["objectRef"]["name"] == name
+
+
+def test_read_audit_events_skips_a_partial_last_line(audited_cluster: DevCluster, tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    log.write_text('{"verb": "create"}\n\n{"verb": "delete"}\n{"verb": "upd')
+    assert devcluster.read_audit_events(dataclasses.replace(audited_cluster, audit_log=log)) == [
+        {"verb": "create"},
+        {"verb": "delete"},
+    ]
+    with pytest.raises(devcluster.DevClusterError, match="audit=True"):
+        devcluster.read_audit_events(dataclasses.replace(audited_cluster, audit_log=None))
 
 
 def _pids(state_dir: Path) -> list[int]:
@@ -328,7 +472,7 @@ def test_restart_in_same_dir_replaces_the_cluster_and_stop_leaves_nothing(
     first_pids = _pids(tmp_path)
     # The second cluster runs the Python fake kubelet as its pod runner (the kwok fallback).
     second = devcluster.start(
-        tmp_path, nodes=1, bin_dir=kube_bin_dir, pod_runner="fake-kubelet", die_with_parent=True
+        tmp_path, nodes=1, bin_dir=kube_bin_dir, pod_runner="fake-kubelet", audit=True, die_with_parent=True
     )
     try:
         second_pids = _pids(tmp_path)
@@ -354,7 +498,11 @@ def test_restart_in_same_dir_replaces_the_cluster_and_stop_leaves_nothing(
     finally:
         devcluster.stop(tmp_path)
     assert [Path(f"/proc/{pid}/stat").read_text() for pid in second_pids if _exists(pid)] == []
-    assert not (tmp_path / "state.json").exists()
+    # No credential or audit log outlives the cluster; the process logs stay for post-mortems.
+    assert [
+        name for name in (*SECRET_FILES, "pki", "audit.log", "etcd-data") if (tmp_path / name).exists()
+    ] == []
+    assert all((tmp_path / name).is_file() for name in ("etcd.log", "kube-apiserver.log", "pod-runner.log"))
     devcluster.stop(tmp_path)  # a second stop is a no-op
 
 

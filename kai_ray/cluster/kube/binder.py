@@ -331,14 +331,7 @@ class Binder:
         """
         if not pod_name or not node:
             raise _Failure("BindRequest has no spec.podName or spec.selectedNode")
-        owner_uid = next(
-            (
-                str(o["uid"])
-                for o in (obj.get("metadata") or {}).get("ownerReferences") or []
-                if o.get("kind") == "Pod" and o.get("name", pod_name) == pod_name and o.get("uid")
-            ),
-            "",
-        )
+        owner_uid = _owner_uid(obj, pod_name)
         spec = obj.get("spec") or {}
         resource_type = str(spec.get("receivedResourceType") or "")
         added_labels: list[str] = []
@@ -515,11 +508,15 @@ class Binder:
                 )
             except ApiException as exc:
                 log.warning("could not record %s Event on pod %s: %s", reason, outcome.pod, exc.reason)
-        if self.set_pod_condition and pod_uid:
-            self._set_pod_bound(pod_namespace, pod_name, cond_status, reason, message)
+        # A failed bind may not have read the pod; the request's owner is the pod it was made for.
+        uid = pod_uid or _owner_uid(obj, pod_name)
+        if self.set_pod_condition and uid:
+            self._set_pod_bound(pod_namespace, pod_name, uid, cond_status, reason, message)
         return retry
 
-    def _set_pod_bound(self, namespace: str, pod: str, status: str, reason: str, message: str) -> None:
+    def _set_pod_bound(
+        self, namespace: str, pod: str, uid: str, status: str, reason: str, message: str
+    ) -> None:
         condition = {
             "type": POD_BOUND_CONDITION,
             "status": status,
@@ -532,13 +529,14 @@ class Binder:
                 self.core.patch_namespaced_pod_status(
                     pod,
                     namespace,
-                    {"status": {"conditions": [condition]}},
+                    # The uid makes the patch fail rather than mark a new pod of the same name.
+                    {"metadata": {"uid": uid}, "status": {"conditions": [condition]}},
                     _content_type=STRATEGIC_MERGE_PATCH,
                     _preload_content=False,
                 )
             )
         except ApiException as exc:
-            if exc.status != 404:
+            if exc.status not in (404, 409, 422):  # gone, or replaced by a pod of the same name
                 log.warning(
                     "could not set %s on pod %s/%s: %s", POD_BOUND_CONDITION, namespace, pod, exc.reason
                 )
@@ -613,6 +611,14 @@ class Binder:
                 if stop_event.is_set():
                     watcher.stop()
                     break
+
+
+def _owner_uid(request: Mapping[str, Any], pod_name: str) -> str:
+    """The uid of the pod that owns the BindRequest (the pod it was made for), or ""."""
+    for owner in (request.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("kind") == "Pod" and owner.get("name", pod_name) == pod_name and owner.get("uid"):
+            return str(owner["uid"])
+    return ""
 
 
 def _judge(pod: client.V1Pod, namespace: str, name: str, node: str, owner_uid: str) -> Phase | None:

@@ -22,6 +22,15 @@ classes, ``default-parent-queue``/``default-queue``) and optionally N fake GPU n
 ports and the token go to ``DIR/state.json`` so ``stop`` (possibly from another process, e.g.
 ``kai-ray devcluster down``) can end exactly what was started.
 
+Credentials: the admin token (``tokens.csv``, ``kubeconfig``, ``state.json``), the
+ServiceAccount signing key (``sa.key``) and the serving key (``pki/``) are created readable by
+their owner only, because DIR is often under a shared /tmp and the token is cluster-admin.
+``stop`` deletes them and the audit log, and keeps the process logs.
+
+``start(audit=True)`` makes the apiserver write an audit log of every mutating request
+(``read_audit_events``), so tests can check which identity/user agent changed what.
+``service_account_kubeconfig`` gives tests a non-admin identity for checking RBAC.
+
 Not provided (no kube-controller-manager runs): namespace deletion finishing, garbage
 collection of ownerReferences, Job/ReplicaSet controllers.  Tests use unique namespaces and
 delete pods with ``grace_period_seconds=0``.
@@ -64,8 +73,10 @@ __all__ = [
     "create_gpu_node",
     "default_crd_dir",
     "install_crds",
+    "read_audit_events",
     "repo_root",
     "run_fake_kubelet",
+    "service_account_kubeconfig",
     "start",
     "stop",
 ]
@@ -94,6 +105,15 @@ DEFAULT_QUEUE = "default-queue"
 # Processes in the order they are stopped (reverse start order): the pod runner first so it
 # does not spin on a dying apiserver, etcd last so the apiserver can shut down cleanly.
 _STOP_ORDER = ("pod-runner", "kube-apiserver", "etcd")
+
+AUDIT_LOG = "audit.log"
+AUDIT_POLICY = "audit-policy.yaml"
+#: Verbs the audit policy records; reads (get/list/watch) are left out to keep the log small.
+AUDITED_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+
+# What stop() deletes besides etcd's data: everything holding a credential (the admin token,
+# the ServiceAccount signing key, the serving key under pki/) and the audit log.
+_SECRETS = ("tokens.csv", "kubeconfig", "sa.key", "pki", AUDIT_LOG)
 
 _T = TypeVar("_T")
 PodRunner = Literal["auto", "kwok", "fake-kubelet", "none"]
@@ -181,6 +201,8 @@ class DevCluster:
     pod_runner: str
     nodes: tuple[str, ...] = field(default_factory=tuple)
     gpus_per_node: int = 0
+    #: The apiserver's JSON-lines audit log when started with ``audit=True`` (see ``read_audit_events``).
+    audit_log: Path | None = None
 
     def api_client(self) -> Any:
         """A fresh ``kubernetes.client.ApiClient`` for this cluster (callers close it)."""
@@ -288,9 +310,31 @@ def _read_state(dir: Path) -> dict[str, Any] | None:
 def _write_state(dir: Path, state: Mapping[str, Any]) -> None:
     """Atomically replace state.json so a concurrent ``stop`` never reads half a file."""
     tmp = dir / (STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
-    tmp.chmod(0o600)  # it holds the admin token
+    _write_private(tmp, json.dumps(state, indent=2, sort_keys=True))  # it holds the admin token
     os.replace(tmp, dir / STATE_FILE)
+
+
+def _write_private(path: Path, data: str | bytes) -> None:
+    """Create ``path`` with mode 0600 from its first byte, for files holding credentials.
+
+    Writing first and chmod-ing afterwards would leave the secret world-readable (umask 022)
+    for a moment.  An existing file is removed first because ``O_CREAT`` keeps an existing
+    file's mode; ``O_EXCL`` also refuses to write through a symlink planted at ``path``.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data.encode() if isinstance(data, str) else data)
+
+
+def _remove(path: Path) -> None:
+    """Delete a file or directory tree if it exists."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 _PR_SET_PDEATHSIG = 1
@@ -399,8 +443,11 @@ def stop(dir: Path, grace: float = 10.0) -> None:
     """Stop every process recorded in ``dir/state.json`` and forget them.
 
     Safe to call repeatedly, on a directory that never held a cluster, and from a different
-    process than the one that called ``start``.  Logs and the kubeconfig are kept for
-    post-mortems; etcd's data directory is removed because it is large and worthless.
+    process than the one that called ``start``.  The process logs are kept for post-mortems.
+    Removed: etcd's data directory (large and worthless), and every file holding a credential
+    plus the audit log, so a stopped cluster leaves no admin token or key behind in a directory
+    that may be shared.  When a process cannot be stopped nothing is removed, so state.json
+    still lets a later ``stop`` retry.
     """
     dir = Path(dir)
     state = _read_state(dir)
@@ -420,6 +467,12 @@ def stop(dir: Path, grace: float = 10.0) -> None:
     etcd_data = state.get("etcd_data_dir")
     if etcd_data:
         shutil.rmtree(etcd_data, ignore_errors=True)
+    for name in _SECRETS:
+        _remove(dir / name)
+    # Rotated audit logs (the apiserver rotates audit.log at 100 MB to audit-<timestamp>.log).
+    for rotated in dir.glob("audit-*.log"):
+        rotated.unlink()
+    # Last, so an interrupted stop can be repeated.
     with contextlib.suppress(FileNotFoundError):
         (dir / STATE_FILE).unlink()
 
@@ -437,6 +490,7 @@ def start(
     gpu_memory_mib: int = 81920,
     ready_timeout: float = 180.0,
     die_with_parent: bool = False,
+    audit: bool = False,
 ) -> DevCluster:
     """Start etcd + kube-apiserver (+ pod runner) on loopback and seed a fresh KAI install.
 
@@ -448,6 +502,9 @@ def start(
     binary is in ``bin_dir``).  ``queue_quota`` is the quota given to both default queues
     (KAI's chart ships ``0``; ``-1`` lets non-preemptible workloads run in tests).
     ``die_with_parent`` makes the kernel kill the children if this Python process dies.
+    ``audit`` makes the apiserver log every mutating request to ``DIR/audit.log``
+    (``DevCluster.audit_log``, ``read_audit_events``); off by default since it costs a
+    synchronous file write per mutation.
     """
     dir = Path(dir).resolve()
     dir.mkdir(parents=True, exist_ok=True)
@@ -460,12 +517,10 @@ def start(
     if pod_runner not in ("kwok", "fake-kubelet", "none"):
         raise ValueError(f"unknown pod_runner {pod_runner!r}")
 
-    for stale in ("etcd-data", "pki", "kubeconfig", "tokens.csv", "sa.key"):
-        path = dir / stale
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
+    # Left over when a previous stop() could not run (no state.json); a stale audit log would
+    # mix the old cluster's events into the new one's.
+    for stale in ("etcd-data", *_SECRETS):
+        _remove(dir / stale)
 
     state: dict[str, Any] = {
         "version": STATE_VERSION,
@@ -478,7 +533,7 @@ def start(
     try:
         for attempt in range(_PORT_ATTEMPTS):
             try:
-                cluster = _start(dir, launcher, bin_dir, pod_runner, ready_timeout)
+                cluster = _start(dir, launcher, bin_dir, pod_runner, ready_timeout, audit)
                 break
             except DevClusterError as exc:
                 # The free ports we picked can be taken before etcd/apiserver bind them; pick anew.
@@ -520,7 +575,9 @@ def start(
         raise
 
 
-def _start(dir: Path, launcher: _Launcher, bin_dir: Path, pod_runner: str, timeout: float) -> DevCluster:
+def _start(
+    dir: Path, launcher: _Launcher, bin_dir: Path, pod_runner: str, timeout: float, audit: bool
+) -> DevCluster:
     etcd_port, peer_port, api_port = _free_ports(3)
     etcd_url = f"http://{LOOPBACK}:{etcd_port}"
     peer_url = f"http://{LOOPBACK}:{peer_port}"
@@ -549,12 +606,17 @@ def _start(dir: Path, launcher: _Launcher, bin_dir: Path, pod_runner: str, timeo
     )
 
     token = secrets.token_hex(16)
-    (dir / "tokens.csv").write_text(f"{token},admin,admin,system:masters\n")
+    _write_private(dir / "tokens.csv", f"{token},admin,admin,system:masters\n")
     _generate_rsa_key(dir / "sa.key")
+    # The apiserver writes its self-signed serving key here; it creates --cert-dir 0755 but
+    # leaves an existing directory's mode alone, so creating it first keeps the key private.
+    (dir / "pki").mkdir(mode=0o700, exist_ok=True)
+    audit_log = _prepare_audit(dir) if audit else None
     server = f"https://{LOOPBACK}:{api_port}"
-    launcher.launch("kube-apiserver", _apiserver_argv(bin_dir, dir, etcd_url, api_port, server))
+    launcher.launch("kube-apiserver", _apiserver_argv(bin_dir, dir, etcd_url, api_port, server, audit_log))
     launcher.state["server"] = server
     launcher.state["token"] = token
+    launcher.state["audit_log"] = None if audit_log is None else str(audit_log)
     _write_state(dir, launcher.state)
     _wait_until(
         f"kube-apiserver /readyz on {server}",
@@ -587,11 +649,58 @@ def _start(dir: Path, launcher: _Launcher, bin_dir: Path, pod_runner: str, timeo
         etcd_url=etcd_url,
         bin_dir=bin_dir,
         pod_runner=pod_runner,
+        audit_log=audit_log,
     )
 
 
-def _apiserver_argv(bin_dir: Path, dir: Path, etcd_url: str, port: int, server: str) -> list[str]:
+def _prepare_audit(dir: Path) -> Path:
+    """Write the audit policy and create the (empty, private) audit log; returns the log's path.
+
+    The policy records mutations at ``Metadata`` level (who, user agent, verb, object, response
+    code; no bodies, so no Secret data) and nothing else.  ``RequestReceived`` is omitted so
+    each request is one line, written once the response code is known.  The log is created
+    here, mode 0600, because it names every identity that changed something; the apiserver
+    appends to it, and its rotation keeps the mode.
+    """
+    policy = {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [{"level": "Metadata", "verbs": list(AUDITED_VERBS)}, {"level": "None"}],
+    }
+    (dir / AUDIT_POLICY).write_text(yaml.safe_dump(policy, sort_keys=False))
+    log = dir / AUDIT_LOG
+    _write_private(log, b"")
+    return log
+
+
+def read_audit_events(cluster: DevCluster) -> list[dict[str, Any]]:
+    """The audit events logged so far, oldest first (one ``audit.k8s.io/v1`` Event per dict).
+
+    The apiserver logs in blocking mode, so a request's event is on disk once the request has
+    returned; a line still being appended (no newline yet) is skipped rather than misparsed.
+    """
+    if cluster.audit_log is None:
+        raise DevClusterError(f"the cluster in {cluster.dir} was started without audit=True")
+    lines = cluster.audit_log.read_bytes().split(b"\n")[:-1]  # the last piece is unterminated
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _apiserver_argv(
+    bin_dir: Path, dir: Path, etcd_url: str, port: int, server: str, audit_log: Path | None
+) -> list[str]:
     """kube-apiserver flags; kept in one place because they drift between Kubernetes minors."""
+    audit_flags = (
+        []
+        if audit_log is None
+        else [
+            f"--audit-policy-file={dir / AUDIT_POLICY}",
+            f"--audit-log-path={audit_log}",
+            "--audit-log-format=json",
+            # The event is written before the response is sent: tests can read it right away.
+            "--audit-log-mode=blocking",
+        ]
+    )
     return [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers={etcd_url}",
@@ -612,6 +721,7 @@ def _apiserver_argv(bin_dir: Path, dir: Path, etcd_url: str, port: int, server: 
         "--endpoint-reconciler-type=none",
         "--allow-privileged=true",
         "--profiling=false",
+        *audit_flags,
     ]
 
 
@@ -644,27 +754,58 @@ def _http_ok(url: str, token: str | None = None) -> bool | None:
 
 
 def _generate_rsa_key(path: Path) -> None:
-    """ServiceAccount signing key (one PEM file is both the public and the private key)."""
+    """ServiceAccount signing key (one PEM file is both the public and the private key).
+
+    openssl prints it and we write it, so the file is private from creation whatever
+    openssl's own file-mode handling is.
+    """
     openssl = shutil.which("openssl")
     if openssl is None:
         raise DevClusterError("openssl is needed to generate the service-account key")
-    subprocess.run([openssl, "genrsa", "-out", str(path), "2048"], check=True, capture_output=True)
-    path.chmod(0o600)
+    key = subprocess.run([openssl, "genrsa", "2048"], check=True, capture_output=True).stdout
+    _write_private(path, key)
 
 
-def _write_kubeconfig(path: Path, server: str, token: str, ca_file: Path) -> None:
+def _write_kubeconfig(path: Path, server: str, token: str, ca_file: Path, user: str = "admin") -> None:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
             {"name": "devcluster", "cluster": {"server": server, "certificate-authority": str(ca_file)}}
         ],
-        "users": [{"name": "admin", "user": {"token": token}}],
-        "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": "admin"}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": user}}],
         "current-context": "devcluster",
     }
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    path.chmod(0o600)
+    _write_private(path, yaml.safe_dump(config, sort_keys=False))
+
+
+def service_account_kubeconfig(cluster: DevCluster, api: Any, namespace: str, name: str, path: Path) -> Path:
+    """Create ServiceAccount ``namespace/name`` and write a kubeconfig (mode 0600) that acts as it.
+
+    For tests of RBAC: the admin token is in ``system:masters`` and bypasses authorization, a
+    ServiceAccount starts with no permissions beyond discovery.  The ServiceAccount is created
+    explicitly because no controller-manager runs here; the token comes from the TokenRequest
+    API (valid one hour, signed with ``sa.key``), as kubelets obtain them.  ``api`` is an
+    admin ``ApiClient``; ``namespace`` must exist.  Returns ``path``.
+    """
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    account = client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))
+    _create_ignoring_conflict(functools.partial(core.create_namespaced_service_account, namespace, account))
+    # No audiences: the token is for the apiserver itself (its default audience, the issuer).
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+    )
+    status = core.create_namespaced_service_account_token(name, namespace, request).status
+    if status is None or not status.token:
+        raise DevClusterError(f"TokenRequest for ServiceAccount {namespace}/{name} returned no token")
+    path = Path(path)
+    _write_kubeconfig(
+        path, cluster.server, status.token, cluster.ca_file, user=f"system:serviceaccount:{namespace}:{name}"
+    )
+    return path
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 
-from kai_ray.api.config import DEFAULT_PLUGINS, Placement, PluginSpec, SchedulerConfig
+from kai_ray.api.config import DEFAULT_PLUGINS, PlacementStrategy, PluginSpec, SchedulerConfig
 from kai_ray.model.objects import (
     AffinityRequirement,
     ClusterState,
@@ -90,13 +90,24 @@ def _scenario(raw: dict[str, Any]) -> Scenario:
 
 
 def _config(cfg: dict[str, Any]) -> SchedulerConfig:
-    placement = Placement(**cfg["placement"])
+    """The scheduler config a scenario's `config` block describes.
+
+    `placement` becomes the `nodeplacement` plugin's arguments (only for the
+    default plugin list: an explicit list carries its own arguments), and
+    `k8sPredicates: false` drops the `predicates` plugin, because the engine
+    reads both from the plugin list and nowhere else.
+    """
+    strategies = get_args(PlacementStrategy)
+    placement = {kind: str(cfg["placement"][kind]) for kind in ("gpu", "cpu")}
+    for kind, strategy in placement.items():
+        if strategy not in strategies:
+            raise ValueError(
+                f"placement.{kind}: unknown strategy {strategy!r} (known: {', '.join(strategies)})"
+            )
     plugins_raw = cfg["plugins"]
     if plugins_raw == "default":
         plugins = [
-            PluginSpec(name=name, arguments={"gpu": placement.gpu, "cpu": placement.cpu})
-            if name == "nodeplacement"
-            else PluginSpec(name=name)
+            PluginSpec(name=name, arguments=placement) if name == "nodeplacement" else PluginSpec(name=name)
             for name in DEFAULT_PLUGINS
         ]
     else:
@@ -109,8 +120,6 @@ def _config(cfg: dict[str, Any]) -> SchedulerConfig:
     return SchedulerConfig(
         actions=tuple(cfg["actions"]),
         plugins=tuple(plugins),
-        placement=placement,
-        k8s_predicates=bool(cfg["k8sPredicates"]),
         default_staleness_grace_seconds=float(cfg["staleGangGracePeriodSeconds"]),
         max_consolidation_preemptees=int(cfg["maxConsolidationPreemptees"]),
         allow_consolidating_reclaim=bool(cfg["allowConsolidatingReclaim"]),

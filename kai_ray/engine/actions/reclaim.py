@@ -149,10 +149,24 @@ def _ratio(value: float, share: float) -> float:
     return float(value / share)
 
 
+def _reclaimed(session: Session, outcome: Outcome) -> list[Task]:
+    """The victims whose resources count as taken from their queues (§11.7, §12.4).
+
+    With consolidating reclaim allowed (KAI's default) a victim the simulation
+    re-placed keeps running somewhere, so its queue loses nothing by it; without
+    it, every victim counts, whether or not it found a new place.
+    """
+    return outcome.evicted() if session.config.allow_consolidating_reclaim else outcome.victims
+
+
 def _chunks(session: Session, outcome: Outcome) -> Iterator[tuple[str, np.ndarray]]:
-    """Per victim job: each pod beyond its pod sets' minimum alone, then the core together."""
+    """Per victim job: each pod beyond its pod sets' minimum alone, then the core together.
+
+    A pod is measured on the node it ran on before the scenario, which for a
+    re-placed victim is not where the simulation left it.
+    """
     by_job: dict[Job, list[Task]] = {}
-    for task in outcome.evicted():
+    for task in _reclaimed(session, outcome):
         by_job.setdefault(task.job, []).append(task)
     for job, tasks in by_job.items():
         core = np.zeros(3)
@@ -161,7 +175,8 @@ def _chunks(session: Session, outcome: Outcome) -> Iterator[tuple[str, np.ndarra
         core_pods = 0
         for task in tasks:
             pod_set = task.pod_set.name if task.pod_set else ""
-            vector = session.placed_fairness(task, task.node) if task.node is not None else np.zeros(3)
+            node = outcome.nodes_before[task.uid]
+            vector = session.placed_fairness(task, node) if node is not None else np.zeros(3)
             taken[pod_set] = taken.get(pod_set, 0) + 1
             if task.pod_set is not None and taken[pod_set] > task.pod_set.min_available:
                 elastic.append(vector)
