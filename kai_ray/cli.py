@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.api.scheduler_conf import SchedulerConfigError, load_scheduler_config
 from kai_ray.bench.emit import write_scenario
 from kai_ray.bench.runner import run_shape
 from kai_ray.bench.shapes import build_shape
@@ -64,17 +65,35 @@ def _fail(problems: list[str]) -> NoReturn:
     raise typer.Exit(code=2)
 
 
-def _simulate(path: Path, cycles: int | None, executor: Executor | None) -> list[CycleResult]:
+def _simulate(
+    path: Path, cycles: int | None, executor: Executor | None, config_file: Path | None
+) -> list[CycleResult]:
     if is_scenario_file(path):
+        if config_file is not None:
+            _fail([f"{path}: a conformance scenario carries its own config; --config is for manifests"])
         try:
             scenario = load_scenario(path)
         except ScenarioError as exc:
             _fail([str(exc)])
         return SimulatedCluster(scenario.state, scenario.config, executor).run(cycles or scenario.cycles)
+    config = _scheduler_config(config_file)
     state, problems = cluster_from_manifests(path)
     if problems:
         _fail([str(p) for p in problems])
-    return SimulatedCluster(state, SchedulerConfig(), executor).run(cycles or 1)
+    return SimulatedCluster(state, config, executor).run(cycles or 1)
+
+
+def _scheduler_config(path: Path | None) -> SchedulerConfig:
+    """KAI's scheduler configuration file, its warnings on stderr; bad files exit 2, as `serve` does."""
+    if path is None:
+        return SchedulerConfig()
+    try:
+        config, warnings = load_scheduler_config(path)
+    except SchedulerConfigError as exc:
+        _fail(exc.problems or [str(exc)])
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    return config
 
 
 @app.command()
@@ -87,11 +106,15 @@ def simulate(
     executor: ExecutorOption = ExecutorName.LOCAL,
     shards: ShardsOption = 2,
     ray_address: RayAddressOption = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option("--config", help="KAI's scheduler configuration (config.yaml or its ConfigMap)."),
+    ] = None,
 ) -> None:
     """Schedule PATH on the embedded simulated cluster and print the result."""
     if not path.exists():
         _fail([f"{path}: no such file or directory"])
-    results = _simulate(path, cycles, _executor(executor, shards, ray_address))
+    results = _simulate(path, cycles, _executor(executor, shards, ray_address), config_file)
     if output == OutputFormat.JSON:
         typer.echo(render_json(results))
     else:
@@ -239,10 +262,24 @@ def serve(
     bind_backoff_limit: Annotated[
         int, typer.Option("--bind-backoff-limit", min=0, help="Binding attempts per BindRequest.")
     ] = 3,
+    lease_duration: Annotated[
+        float, typer.Option("--lease-duration", help="Seconds a standby waits on an unrenewed lease.")
+    ] = 15.0,
+    renew_deadline: Annotated[
+        float, typer.Option("--renew-deadline", help="Seconds the leader may fail to renew before it stops.")
+    ] = 10.0,
+    retry_period: Annotated[
+        float, typer.Option("--retry-period", help="Seconds between lease attempts.")
+    ] = 2.0,
 ) -> None:
     """Schedule a Kubernetes cluster as KAI Scheduler does, until SIGTERM."""
+    from kai_ray.cluster.kube.leader import LeaseTiming
     from kai_ray.cluster.kube.serve import ServeOptions, serve_forever
 
+    try:
+        timing = LeaseTiming(lease_duration, renew_deadline, retry_period)
+    except ValueError as exc:
+        _fail([str(exc)])
     options = ServeOptions(
         kubeconfig=kubeconfig,
         scheduler_name=scheduler_name,
@@ -252,5 +289,6 @@ def serve(
         identity=identity,
         config_file=config_file,
         bind_backoff_limit=bind_backoff_limit,
+        lease_timing=timing,
     )
     raise typer.Exit(code=serve_forever(options, _executor(executor, shards, ray_address)))

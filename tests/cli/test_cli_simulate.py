@@ -104,3 +104,26 @@ def test_scenario_with_a_long_header_and_namespaced_jobs_keys_tasks_by_job_name(
     assert code == 0
     keys = set(json.loads(out)["tasks"])
     assert keys and all(key.count("/") == 1 for key in keys)
+
+
+SPREAD_CONFIG = ROOT / "examples" / "scheduler-config" / "config.yaml"
+
+
+def test_a_scheduler_config_changes_where_pods_go() -> None:
+    """The example config spreads GPU pods; the default packs them: the JSON must differ."""
+    runner = CliRunner()
+    packed = runner.invoke(app, ["simulate", str(QUICKSTART), "--output", "json"])
+    spread = runner.invoke(
+        app, ["simulate", str(QUICKSTART), "--output", "json", "--config", str(SPREAD_CONFIG)]
+    )
+    assert packed.exit_code == 0 and spread.exit_code == 0, spread.output
+    assert json.loads(packed.stdout) != json.loads(spread.stdout)
+
+
+def test_a_bad_scheduler_config_is_refused_with_one_line_per_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "config.yaml"
+    bad.write_text('actions: "allocate, preemt"\n')
+    result = CliRunner().invoke(app, ["simulate", str(QUICKSTART), "--config", str(bad)])
+    assert result.exit_code == 2
+    known = "allocate, consolidation, reclaim, preempt, stalegangeviction"
+    assert result.stderr.strip().splitlines() == [f"{bad}: actions: unknown action 'preemt' (known: {known})"]

@@ -12,11 +12,12 @@ them first (`make kube-bins`) so a cold ~10 minute build does not run inside a t
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kube_serve import History, Serve
 from kubernetes import client
 
 from kai_ray.cluster.kube import devcluster
@@ -43,6 +44,7 @@ def kube_cluster(kube_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
         gpus_per_node=SESSION_GPUS_PER_NODE,
         bin_dir=kube_bin_dir,
         die_with_parent=True,  # a killed pytest must not leave etcd/apiserver running
+        audit=True,  # which process wrote what: the leadership tests read it
     )
     try:
         yield cluster
@@ -72,3 +74,34 @@ def namespace(kube_api: Any) -> Iterator[str]:
         # No namespace controller runs: delete pods ourselves so they do not pile up in etcd.
         core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
         core.delete_namespace(name)
+
+
+@pytest.fixture
+def serves(kube_cluster: DevCluster, tmp_path: Path) -> Iterator[Callable[..., Serve]]:
+    """Starts `kai-ray serve` processes; every one still running at the end is SIGKILLed.
+
+    `serves(identity, lease_namespace, *extra_args, kubeconfig=None)`; the admin kubeconfig
+    of the session cluster unless another is given.
+    """
+    started: list[Serve] = []
+
+    def start(identity: str, lease_namespace: str, *extra: str, kubeconfig: Path | None = None) -> Serve:
+        serve = Serve(kubeconfig or kube_cluster.kubeconfig, identity, lease_namespace, tmp_path, extra)
+        started.append(serve)
+        return serve
+
+    try:
+        yield start
+    finally:
+        for serve in started:
+            serve.kill()
+
+
+@pytest.fixture
+def history(kube_cluster: DevCluster, namespace: str) -> Iterator[History]:
+    """Every node each pod of the namespace was seen on and every BindRequest made, from now on."""
+    recorder = History(kube_cluster, namespace)
+    try:
+        yield recorder
+    finally:
+        recorder.close()

@@ -13,107 +13,23 @@ two polls.
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
+from kube_serve import GROUP, History, Serve
+from kube_serve import lease_holder as holder_of
+from kube_serve import wait_until as wait_for
+from kubernetes import client
 
 from kai_ray.cluster.kube import devcluster
-from kai_ray.cluster.kube.devcluster import DevCluster
 from kai_ray.cluster.kube.leader import lease_name
 
 LEASE_NAME = lease_name("kai-scheduler")
 
 pytestmark = pytest.mark.kube
-
-GROUP = "scheduling.run.ai"
-KAI_RAY = Path(sys.executable).parent / "kai-ray"
-PERIOD = "0.5"
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str, step: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-# ------------------------------------------------------------------------------ serve processes
-
-
-class Serve:
-    """One `kai-ray serve` subprocess with its stderr (JSON log lines) in a file."""
-
-    def __init__(self, cluster: DevCluster, identity: str, lease_namespace: str, logs: Path) -> None:
-        self.identity = identity
-        self.log_path = logs / f"serve-{identity}-{time.monotonic_ns()}.log"
-        argv = [
-            str(KAI_RAY),
-            "serve",
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-            "--period",
-            PERIOD,
-            "--identity",
-            identity,
-            "--lease-namespace",
-            lease_namespace,
-            "--metrics-address",
-            "127.0.0.1:0",
-        ]
-        with self.log_path.open("wb") as stderr:
-            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
-
-    def messages(self) -> list[str]:
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(entry, dict):
-                out.append(str(entry.get("message", "")))
-        return out
-
-    def cycles(self) -> int:
-        return sum(1 for message in self.messages() if message.startswith("cycle:"))
-
-    def tail(self, lines: int = 20) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def kill(self) -> None:
-        """SIGKILL (idempotent); reaps the process."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=30)
-
-
-@pytest.fixture
-def serves(kube_cluster: DevCluster, tmp_path: Path) -> Iterator[Callable[[str, str], Serve]]:
-    """Starts serve processes; every one still running at the end is SIGKILLed."""
-    started: list[Serve] = []
-
-    def start(identity: str, lease_namespace: str) -> Serve:
-        serve = Serve(kube_cluster, identity, lease_namespace, tmp_path)
-        started.append(serve)
-        return serve
-
-    try:
-        yield start
-    finally:
-        for serve in started:
-            serve.kill()
 
 
 # ------------------------------------------------------------------------------ cluster objects
@@ -172,113 +88,8 @@ def zone(kube_api: Any, namespace: str) -> Iterator[str]:
 # ------------------------------------------------------------------------------ observers
 
 
-class History:
-    """Watches the namespace's Pods and BindRequests from before the scheduler starts.
-
-    Records every node each pod was ever seen on and every BindRequest (uid) ever created,
-    so a re-bind or a second request shows even when it is undone before the test looks.
-    """
-
-    def __init__(self, cluster: DevCluster, namespace: str) -> None:
-        self.namespace = namespace
-        self.nodes: dict[str, list[str]] = {}
-        self.requests: dict[str, set[str]] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._api = cluster.api_client()
-        core = client.CoreV1Api(self._api)
-        custom = client.CustomObjectsApi(self._api)
-        self._error: BaseException | None = None
-        self._threads = [
-            self._follow(functools.partial(core.list_namespaced_pod, namespace), self._on_pod),
-            self._follow(
-                functools.partial(
-                    custom.list_namespaced_custom_object, GROUP, "v1alpha2", namespace, "bindrequests"
-                ),
-                self._on_request,
-            ),
-        ]
-        self._ready = threading.Barrier(len(self._threads) + 1)
-        for thread in self._threads:
-            thread.start()
-        self._ready.wait(timeout=30)
-
-    def _follow(
-        self, lister: Callable[..., Any], on_event: Callable[[dict[str, Any]], None]
-    ) -> threading.Thread:
-        """List, then watch from the list's resourceVersion; objects are handled as the server's JSON."""
-
-        def run() -> None:
-            try:
-                listing = json.loads(lister(_preload_content=False).data)
-                for item in listing["items"]:
-                    on_event(item)
-                version = listing["metadata"]["resourceVersion"]
-            finally:
-                self._ready.wait(timeout=30)
-            try:
-                while not self._stop.is_set():
-                    watcher: Any = watch.Watch()
-                    for event in watcher.stream(lister, resource_version=version, timeout_seconds=2):
-                        obj = event["raw_object"]
-                        if event["type"] == "ERROR":
-                            raise RuntimeError(f"watch failed: {obj}")
-                        version = obj["metadata"]["resourceVersion"]
-                        if event["type"] in ("ADDED", "MODIFIED"):
-                            on_event(obj)
-                        if self._stop.is_set():
-                            watcher.stop()
-            except BaseException as error:
-                self._error = error
-                raise
-
-        return threading.Thread(target=run, daemon=True)
-
-    def _on_pod(self, obj: dict[str, Any]) -> None:
-        node = (obj.get("spec") or {}).get("nodeName")
-        with self._lock:
-            seen = self.nodes.setdefault(obj["metadata"]["name"], [])
-            if node and node not in seen:
-                seen.append(node)
-
-    def _on_request(self, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        with self._lock:
-            self.requests.setdefault(str(obj["spec"]["podName"]), set()).add(meta["uid"])
-
-    def snapshot(self) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
-        if self._error is not None:
-            raise AssertionError(f"the history watch failed: {self._error!r}")
-        with self._lock:
-            return (
-                {name: list(nodes) for name, nodes in self.nodes.items()},
-                {name: set(uids) for name, uids in self.requests.items()},
-            )
-
-    def close(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=10)
-        self._api.close()
-
-
-@pytest.fixture
-def history(kube_cluster: DevCluster, namespace: str) -> Iterator[History]:
-    recorder = History(kube_cluster, namespace)
-    try:
-        yield recorder
-    finally:
-        recorder.close()
-
-
 def lease_holder(kube_api: Any, namespace: str) -> str | None:
-    try:
-        lease = client.CoordinationV1Api(kube_api).read_namespaced_lease(LEASE_NAME, namespace)
-    except client.ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-    return (lease.spec.holder_identity if lease.spec else None) or None
+    return holder_of(kube_api, namespace, LEASE_NAME)
 
 
 def all_running(kube_api: Any, namespace: str, names: list[str]) -> Callable[[], bool]:
@@ -301,7 +112,7 @@ def bind_requests(kube_api: Any, namespace: str) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("kill_at", ["first BindRequest", "first pod bound"])
 def test_sigkill_mid_way_and_restart_never_binds_a_pod_twice(
-    kube_api: Any, zone: str, history: History, serves: Callable[[str, str], Serve], kill_at: str
+    kube_api: Any, zone: str, history: History, serves: Callable[..., Serve], kill_at: str
 ) -> None:
     core = client.CoreV1Api(kube_api)
     names = [f"p-{index:02d}" for index in range(12)]
@@ -352,7 +163,7 @@ def test_sigkill_mid_way_and_restart_never_binds_a_pod_twice(
 
 
 def test_two_replicas_only_the_leader_schedules_and_the_standby_takes_over_on_sigterm(
-    kube_api: Any, zone: str, history: History, serves: Callable[[str, str], Serve]
+    kube_api: Any, zone: str, history: History, serves: Callable[..., Serve]
 ) -> None:
     core = client.CoreV1Api(kube_api)
     replicas = {identity: serves(identity, zone) for identity in (f"{zone}-a", f"{zone}-b")}

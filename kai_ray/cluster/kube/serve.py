@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -28,7 +28,7 @@ from kai_ray import __version__
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.scheduler_conf import SchedulerConfigError, load_scheduler_config
 from kai_ray.cluster.kube.fence import FencedApiClient
-from kai_ray.cluster.kube.leader import LeaderElector, lease_name
+from kai_ray.cluster.kube.leader import LeaderElector, LeaseTiming, lease_name
 from kai_ray.cluster.kube.logs import configure_logging
 from kai_ray.cluster.kube.permissions import missing_permissions
 from kai_ray.cluster.kube.scheduler import DEFAULT_CONCURRENCY, KubeScheduler, RunOutcome
@@ -67,6 +67,7 @@ class ServeOptions:
     identity: str | None = None
     config_file: Path | None = None
     bind_backoff_limit: int = 3
+    lease_timing: LeaseTiming = field(default_factory=LeaseTiming)
 
 
 def pool_size_for(concurrency: int) -> int:
@@ -148,7 +149,11 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
     election_api.user_agent = f"kai-ray/{__version__} ({identity})"
     check_cluster(election_api, options.lease_namespace)
     elector = LeaderElector(
-        election_api, options.lease_namespace, lease_name(options.scheduler_name), identity
+        election_api,
+        options.lease_namespace,
+        lease_name(options.scheduler_name),
+        identity,
+        options.lease_timing,
     )
     api = FencedApiClient(configuration, elector.leadership)
     api.user_agent = election_api.user_agent
