@@ -217,7 +217,7 @@ class Binder:
         result = BindPassResult()
         try:
             items, _ = self._list()
-        except ApiException as exc:
+        except Exception as exc:  # an API error or a lost connection: the next pass lists again
             result.errors.append(f"list BindRequests: {api_error_message(exc)}")
             return result
         self._forget_missing(items)

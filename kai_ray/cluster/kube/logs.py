@@ -84,3 +84,5 @@ def configure_logging(level: int = logging.INFO) -> None:
     handler.setFormatter(JsonFormatter())
     handler.addFilter(RepeatFilter())
     logging.basicConfig(level=level, handlers=[handler], force=True)
+    # urllib3 narrates each retry of a failing connection; the call's own failure is what we report.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)

@@ -23,6 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.constants import DEFAULT_NAMESPACE, NODE_POOL_LABEL
 from kai_ray.cluster.kube.apply import ApplyResult, BlockedEviction, apply_plan, pod_key
@@ -39,6 +42,7 @@ from kai_ray.cluster.kube.status import (
     OperationError,
     PodGroupRef,
     StatusWriter,
+    api_error_message,
     queue_usage_from_book,
 )
 from kai_ray.distributed.executor import Executor
@@ -49,6 +53,9 @@ from kai_ray.model.snapshot import compile_snapshot
 from kai_ray.server.metrics import EvictedPodGroup, SchedulerMetrics
 
 log = logging.getLogger(__name__)
+
+API_FAILURES = (ApiException, urllib3.exceptions.HTTPError, OSError)
+"""What a lost or refusing API server raises; anything else escaping a cycle is a bug."""
 
 DEFAULT_PERIOD_SECONDS = 1.0
 CACHE_SYNC_TIMEOUT_SECONDS = 60.0
@@ -219,6 +226,9 @@ class KubeScheduler:
             self.run_cycle()
         except NotLeader:
             log.error("cycle stopped: this replica is no longer the leader")
+        except API_FAILURES as error:  # the server went away mid-cycle: one line, no traceback
+            reason = api_error_message(error)
+            log.warning("cycle failed, the next one starts from a fresh snapshot: %s", reason)
         except Exception:
             log.exception("scheduling cycle failed; the next cycle starts from a fresh snapshot")
 

@@ -1,0 +1,162 @@
+"""An API server outage, seen by `kai-ray serve` through a relay that can cut it off (issue 8, item 6).
+
+The server keeps running for the other tests; only this scheduler loses it.  What an
+operator must see: a handful of log lines however long the outage (repeats are held
+back and counted), scheduling that resumes by itself, a lost lease that ends the
+process in one clear line, and a stop request honoured even before the first sync.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kube_proxy import FlakyProxy
+from kube_serve import Serve, lease_holder, wait_until
+from kube_zone import Zone
+from kubernetes import client
+
+from kai_ray.cluster.kube.devcluster import DevCluster
+from kai_ray.cluster.kube.fence import FencedApiClient
+from kai_ray.cluster.kube.leader import lease_name
+from kai_ray.cluster.kube.scheduler import KubeScheduler, RunOutcome
+
+pytestmark = pytest.mark.kube
+
+LEASE = lease_name("kai-scheduler")
+OUTAGE_LOG_LINES = 20
+"""At most this many log lines while the server is away (the old loop printed hundreds)."""
+
+
+@pytest.fixture
+def proxy(kube_cluster: DevCluster) -> Iterator[FlakyProxy]:
+    relay = FlakyProxy(int(kube_cluster.server.rsplit(":", 1)[1]))
+    try:
+        yield relay
+    finally:
+        relay.close()
+
+
+@pytest.fixture
+def zone(kube_api: Any, namespace: str) -> Iterator[Zone]:
+    made = Zone(kube_api, namespace)
+    made.node("n0")
+    made.queue("leaf")
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def through(cluster: DevCluster, relay: FlakyProxy, path: Path) -> Path:
+    """The cluster's kubeconfig, pointed at the relay (same CA: the certificate names 127.0.0.1)."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{relay.port}"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def node_of(kube_api: Any, namespace: str, pod: str) -> str | None:
+    found: str | None = client.CoreV1Api(kube_api).read_namespaced_pod(pod, namespace).spec.node_name
+    return found
+
+
+def test_an_outage_logs_a_few_lines_and_scheduling_resumes(
+    kube_cluster: DevCluster,
+    kube_api: Any,
+    zone: Zone,
+    proxy: FlakyProxy,
+    serves: Callable[..., Serve],
+    tmp_path: Path,
+) -> None:
+    serve = serves(
+        f"{zone.name}-s", zone.name, kubeconfig=through(kube_cluster, proxy, tmp_path / "kubeconfig")
+    )
+    zone.pod("before", queue=zone.queues[0])
+    wait_until(
+        lambda: node_of(kube_api, zone.name, "before") is not None, 60, f"a first bind\n{serve.tail()}"
+    )
+    seen = len(serve.entries())
+
+    proxy.down()
+    # The outage itself: shorter than the renew deadline (10 s), so the leader keeps its lease.
+    assert not proxy.wait_refused(10**6, timeout=7.0)
+    during = serve.entries()[seen:]
+    proxy.up()
+
+    zone.pod("after", queue=zone.queues[0])
+    wait_until(lambda: node_of(kube_api, zone.name, "after") is not None, 60, f"a bind after\n{serve.tail()}")
+    assert serve.proc.poll() is None
+    assert proxy.refused > 0  # it did try to reconnect, often
+    print(f"{len(during)} log lines during a 7 s outage, {proxy.refused} reconnections refused")
+    assert len(during) <= OUTAGE_LOG_LINES, "\n".join(map(str, during))
+    assert not any("raw" in entry for entry in during)  # no traceback or stray output
+
+
+def test_an_outage_past_the_renew_deadline_ends_leadership_in_one_line(
+    kube_cluster: DevCluster,
+    kube_api: Any,
+    zone: Zone,
+    proxy: FlakyProxy,
+    serves: Callable[..., Serve],
+    tmp_path: Path,
+) -> None:
+    fast = ("--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5")
+    kubeconfig = through(kube_cluster, proxy, tmp_path / "kubeconfig")
+    serve = serves(f"{zone.name}-s", zone.name, *fast, kubeconfig=kubeconfig)
+    wait_until(
+        lambda: lease_holder(kube_api, zone.name, LEASE) == serve.identity, 60, f"leading\n{serve.tail()}"
+    )
+    seen = len(serve.entries())
+
+    proxy.down()
+    assert serve.proc.wait(timeout=30) == 1, serve.tail()
+    after = serve.entries()[seen:]
+    errors = [e["message"] for e in after if e.get("level") == "ERROR"]
+    assert any(m.startswith("lost leadership") for m in errors), errors
+    assert len(after) <= OUTAGE_LOG_LINES, "\n".join(map(str, after))
+    assert not any("raw" in entry for entry in after)
+
+
+def test_a_stop_before_the_first_sync_is_honoured_at_once(
+    kube_cluster: DevCluster, proxy: FlakyProxy
+) -> None:
+    proxy.down()  # the cache can never list anything
+    configuration = kube_cluster.configuration()
+    configuration.host = f"https://127.0.0.1:{proxy.port}"
+    scheduler = KubeScheduler(FencedApiClient(configuration))
+    stop = threading.Event()
+    outcome: list[RunOutcome] = []
+    runner = threading.Thread(target=lambda: outcome.append(scheduler.run(stop)), daemon=True)
+    runner.start()
+    assert proxy.wait_refused(2, timeout=10), "the cache never tried to list"
+    stop.set()
+    runner.join(timeout=10)
+    assert not runner.is_alive(), "run() kept waiting for a sync that cannot happen"
+    assert outcome == [RunOutcome.STOPPED]
+
+
+def test_sigterm_ends_a_serve_whose_server_is_gone(
+    kube_cluster: DevCluster,
+    kube_api: Any,
+    zone: Zone,
+    proxy: FlakyProxy,
+    serves: Callable[..., Serve],
+    tmp_path: Path,
+) -> None:
+    serve = serves(
+        f"{zone.name}-s", zone.name, kubeconfig=through(kube_cluster, proxy, tmp_path / "kubeconfig")
+    )
+    wait_until(
+        lambda: lease_holder(kube_api, zone.name, LEASE) == serve.identity, 60, f"leading\n{serve.tail()}"
+    )
+    proxy.down()
+    assert proxy.wait_refused(1, timeout=10)
+    serve.signal(signal.SIGTERM)
+    assert serve.proc.wait(timeout=20) == 0, serve.tail()
