@@ -67,9 +67,18 @@ def _amount(node: Node, resource: str, default: float = 0.0) -> float:
     return default if value is None else parse_quantity(value)
 
 
+_TROUBLE = frozenset({"MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"})
+
+
 def _ready(node: Node) -> bool:
-    """A node without a Ready condition is taken as ready: hand-written manifests rarely carry status."""
+    """Ready and under no pressure (spec/scheduling.md §16.1, 6), judged only on conditions reported.
+
+    A node without conditions is ready: hand-written manifests rarely carry status, and
+    KAI's own test nodes have none.
+    """
     for condition in node.status.conditions:
-        if condition.type == "Ready":
-            return condition.status == "True"
+        if condition.type == "Ready" and condition.status != "True":
+            return False
+        if condition.type in _TROUBLE and condition.status == "True":
+            return False
     return True

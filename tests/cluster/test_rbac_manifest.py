@@ -51,3 +51,9 @@ def test_permissions_print_as_kubectl_would_name_them() -> None:
         str(Permission("scheduling.run.ai", "queues", "patch", "status"))
         == "patch queues/status.scheduling.run.ai"
     )
+
+
+def test_the_docs_show_the_manifest_as_it_is() -> None:
+    docs = (MANIFEST.parents[2] / "docs" / "kubernetes.md").read_text()
+    shown = "\n".join(line.removeprefix("   ") for line in docs.splitlines())
+    assert MANIFEST.read_text().strip() in shown

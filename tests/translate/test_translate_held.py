@@ -124,3 +124,21 @@ def test_fair_share_divides_what_other_schedulers_leave() -> None:
 
     session = open_session(compile_snapshot(state), SchedulerConfig())
     assert session.fairness_totals()[2] == 12  # 16 GPUs less the foreign 4; our orphan is not subtracted
+
+
+@pytest.mark.parametrize(
+    ("conditions", "usable"),
+    [
+        ([], True),
+        ([{"type": "Ready", "status": "True"}], True),
+        ([{"type": "Ready", "status": "False"}], False),
+        ([{"type": "Ready", "status": "Unknown"}], False),
+        ([{"type": "Ready", "status": "True"}, {"type": "DiskPressure", "status": "True"}], False),
+        ([{"type": "Ready", "status": "True"}, {"type": "MemoryPressure", "status": "False"}], True),
+        ([{"type": "NetworkUnavailable", "status": "True"}], False),
+    ],
+)
+def test_only_ready_nodes_without_pressure_take_pods(conditions: list[dict[str, str]], usable: bool) -> None:
+    state, problems = convert(team(), node("n1", gpus=8, conditions=conditions), pod("p", gpus=1))
+    assert problems == [] and state.nodes[0].ready is usable
+    assert free_gpus_after(state, "p") == ({"p": "n1"} if usable else {})

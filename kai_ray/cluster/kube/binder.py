@@ -30,9 +30,7 @@ a physical GPU index per group, and the ConfigMaps carrying
 
 Requests are processed with bounded concurrency; a pass that runs out of time
 cancels what it has not started (requests in flight end within their API
-timeouts), and the next pass picks the rest up.  The loop (`Binder.run`) is
-driven by a watch and re-lists periodically and after any error, so a lost
-connection delays binding but never stops it.  A request that failed for good
+timeouts), and the next pass picks the rest up.  A request that failed for good
 is deleted by the scheduler (`bind_requests.delete_stale`), so its pod is
 considered again.
 """
@@ -47,7 +45,7 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
@@ -540,77 +538,6 @@ class Binder:
                 log.warning(
                     "could not set %s on pod %s/%s: %s", POD_BOUND_CONDITION, namespace, pod, exc.reason
                 )
-
-    # ---- the loop -----------------------------------------------------------------------
-
-    def run(
-        self, stop_event: threading.Event, *, resync_seconds: float = 10.0, watch_seconds: int = 5
-    ) -> None:
-        """Bind until ``stop_event`` is set: list, then follow a watch; re-list on any error.
-
-        New and updated requests are handed to a bounded worker pool as their watch events
-        arrive, so binding latency is one API round trip rather than a polling period.  The
-        periodic re-list picks up retries (``backoffLimit``) and anything a dropped watch missed.
-        """
-        pool = ThreadPoolExecutor(max_workers=max(1, self.concurrency), thread_name_prefix="kai-binder")
-        try:
-            while not stop_event.is_set():
-                try:
-                    items, version = self._list()
-                    self._forget_missing(items)
-                    for obj in items:
-                        if _needs_work(obj):
-                            pool.submit(self.bind_one, obj)
-                    self._follow(pool, stop_event, version, resync_seconds, watch_seconds)
-                except Exception as exc:  # lost connection, 410 Gone, ...: back off, re-list
-                    log.warning("binder watch interrupted (%s); re-listing", api_error_message(exc))
-                    stop_event.wait(0.5)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-
-    def _follow(
-        self,
-        pool: ThreadPoolExecutor,
-        stop_event: threading.Event,
-        version: str,
-        resync_seconds: float,
-        watch_seconds: int,
-    ) -> None:
-        resync_at = time.monotonic() + resync_seconds
-        api = self.custom.api
-        while not stop_event.is_set() and time.monotonic() < resync_at:
-            watcher: Any = watch.Watch()  # type: ignore[no-untyped-call]
-            if self.namespace is None:
-                stream = watcher.stream(
-                    api.list_cluster_custom_object,
-                    SCHEDULING_GROUP,
-                    BINDREQUEST_VERSION,
-                    BINDREQUESTS,
-                    resource_version=version,
-                    timeout_seconds=watch_seconds,
-                    allow_watch_bookmarks=True,
-                )
-            else:
-                stream = watcher.stream(
-                    api.list_namespaced_custom_object,
-                    SCHEDULING_GROUP,
-                    BINDREQUEST_VERSION,
-                    self.namespace,
-                    BINDREQUESTS,
-                    resource_version=version,
-                    timeout_seconds=watch_seconds,
-                    allow_watch_bookmarks=True,
-                )
-            for event in stream:
-                if event.get("type") == "ERROR":
-                    raise RuntimeError(f"watch error: {event.get('raw_object') or event.get('object')}")
-                obj = event.get("object") or {}
-                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                if event.get("type") in ("ADDED", "MODIFIED") and _needs_work(obj):
-                    pool.submit(self.bind_one, obj)
-                if stop_event.is_set():
-                    watcher.stop()
-                    break
 
 
 def _owner_uid(request: Mapping[str, Any], pod_name: str) -> str:
