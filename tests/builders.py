@@ -280,6 +280,35 @@ def subgroup_set(
     )
 
 
+# ---------------------------------------------------------------------- clusters several tests share
+
+
+def two_nodes_one_busy() -> ClusterState:
+    """Two 8-GPU nodes, six GPUs of n2 in use, one pending 1-GPU pod: binpack and spread disagree."""
+    return (
+        cluster()
+        .node("n1", gpus=8)
+        .node("n2", gpus=8)
+        .queue("q")
+        .job("busy", queue="q", gpus=1, pods=6, status=TaskStatus.RUNNING, node="n2")
+        .job("new", queue="q", gpus=1)
+        .build()
+    )
+
+
+def owner_and_borrower() -> ClusterState:
+    """A queue without quota holds the only node's GPUs; the queue owning them asks: a reclaim."""
+    return (
+        cluster()
+        .node("n1", gpus=2)
+        .queue("owner", gpu_quota=2)
+        .queue("borrower", gpu_quota=0)
+        .job("borrowed", queue="borrower", gpus=2, status=TaskStatus.RUNNING, node="n1")
+        .job("rightful", queue="owner", gpus=2)
+        .build()
+    )
+
+
 # ---------------------------------------------------------------------- config and running
 
 

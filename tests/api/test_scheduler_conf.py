@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from builders import binds, cluster, open_session, pipelined
+from builders import binds, cluster, open_session, owner_and_borrower, pipelined, two_nodes_one_busy
 
 from kai_ray.api.config import DEFAULT_PLUGINS, KNOWN_PLUGINS, SchedulerConfig
 from kai_ray.api.scheduler_conf import (
@@ -16,7 +16,6 @@ from kai_ray.api.scheduler_conf import (
 from kai_ray.engine.cycle import schedule
 from kai_ray.engine.plugins import registry
 from kai_ray.engine.plugins.proportion import ProportionPlugin
-from kai_ray.model.objects import ClusterState, TaskStatus
 from kai_ray.model.snapshot import compile_snapshot
 
 pytestmark = pytest.mark.unit
@@ -392,18 +391,6 @@ def test_known_plugin_names_are_the_engines() -> None:
 # ---------------------------------------------------------------------- a loaded config schedules
 
 
-def two_nodes_one_busy() -> ClusterState:
-    return (
-        cluster()
-        .node("n1", gpus=8)
-        .node("n2", gpus=8)
-        .queue("q")
-        .job("busy", queue="q", gpus=1, pods=6, status=TaskStatus.RUNNING, node="n2")
-        .job("new", queue="q", gpus=1)
-        .build()
-    )
-
-
 def with_plugins(plugins: str, actions: str = "allocate") -> SchedulerConfig:
     return config_of(f"actions: {actions}\ntiers:\n- plugins:\n{plugins}")
 
@@ -433,15 +420,7 @@ def test_gpu_sharing_plugin_from_the_file_packs_or_spreads_devices(plugin: str, 
 
 
 def test_only_the_files_actions_run() -> None:
-    state = (
-        cluster()
-        .node("n1", gpus=2)
-        .queue("owner", gpu_quota=2)
-        .queue("borrower", gpu_quota=0)
-        .job("borrowed", queue="borrower", gpus=2, status=TaskStatus.RUNNING, node="n1")
-        .job("rightful", queue="owner", gpus=2)
-        .build()
-    )
+    state = owner_and_borrower()
     allocate_only = schedule(compile_snapshot(state), with_plugins(PROPORTION, "allocate"))
     assert allocate_only.evictions == [] and pipelined(allocate_only) == {}
     with_reclaim = schedule(compile_snapshot(state), with_plugins(PROPORTION, "'allocate, reclaim'"))

@@ -14,6 +14,7 @@ from builders import (
     pipelined,
     run_cycle,
     run_with_session,
+    two_nodes_one_busy,
 )
 
 from kai_ray.engine.reasons import PendingCause
@@ -116,18 +117,6 @@ def test_idle_node_beats_a_fuller_node_whose_room_is_only_releasing() -> None:
 
 
 # ---------------------------------------------------------------------- node choice (§16.2)
-
-
-def two_nodes_one_busy() -> ClusterState:
-    return (
-        cluster()
-        .node("n1", gpus=8)
-        .node("n2", gpus=8)
-        .queue("q")
-        .job("busy", queue="q", gpus=1, pods=6, status=S.RUNNING, node="n2")
-        .job("new", queue="q", gpus=1)
-        .build()
-    )
 
 
 def test_binpack_picks_the_fullest_node() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from builders import cluster, config, run_cycle
+from builders import cluster, config, owner_and_borrower, run_cycle
 
 from kai_ray.engine.reasons import EvictionCause
 from kai_ray.model.objects import TaskStatus
@@ -61,15 +61,7 @@ def test_same_job_name_in_two_namespaces_stays_two_jobs_in_the_plan() -> None:
 
 def test_reclaim_records_its_cause_the_preemptor_and_the_placing_action() -> None:
     """Backends read the eviction's cause and preemptor and the bind's action, never message text."""
-    state = (
-        cluster()
-        .node("n1", gpus=2)
-        .queue("owner", gpu_quota=2)
-        .queue("borrower", gpu_quota=0)
-        .job("borrowed", queue="borrower", gpus=2, status=S.RUNNING, node="n1")
-        .job("rightful", queue="owner", gpus=2)
-        .build()
-    )
+    state = owner_and_borrower()
     plan = run_cycle(state, config(actions=("allocate", "reclaim")))
     assert [(e.job, e.reason.cause, e.reason.preemptor) for e in plan.evictions] == [
         ("borrowed", EvictionCause.RECLAIM, "rightful")

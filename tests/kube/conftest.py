@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from kube_serve import History, Serve
+from kube_zone import Zone
 from kubernetes import client
 
 from kai_ray.cluster.kube import devcluster
@@ -105,3 +106,13 @@ def history(kube_cluster: DevCluster, namespace: str) -> Iterator[History]:
         yield recorder
     finally:
         recorder.close()
+
+
+@pytest.fixture
+def zone(kube_api: Any, namespace: str) -> Iterator[Zone]:
+    """Nodes, queues and pods of this test's own (see `kube_zone`), removed afterwards."""
+    made = Zone(kube_api, namespace)
+    try:
+        yield made
+    finally:
+        made.close()

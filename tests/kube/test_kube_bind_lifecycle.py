@@ -29,15 +29,6 @@ POLICY_MESSAGE = "bindings of refused-* pods are not allowed here"
 
 
 @pytest.fixture
-def zone(kube_api: Any, namespace: str) -> Iterator[Zone]:
-    made = Zone(kube_api, namespace)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
-@pytest.fixture
 def refusal(kube_api: Any, namespace: str) -> Iterator[str]:
     """A ValidatingAdmissionPolicy refusing `pods/binding` for pods named refused-*, in this namespace."""
     admission = client.AdmissionregistrationV1Api(kube_api)

@@ -11,7 +11,7 @@ memory stops growing once the first rounds have warmed it up.
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,15 +29,6 @@ PODS_PER_ROUND = 500
 UNFIT_PER_ROUND = 50
 """Pods asking for more GPUs than a node has: they stay pending and get conditions and Events."""
 RSS_GROWTH_MB = 25.0
-
-
-@pytest.fixture
-def zone(kube_api: Any, namespace: str) -> Iterator[Zone]:
-    made = Zone(kube_api, namespace)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def tracked(url: str) -> dict[str, float]:

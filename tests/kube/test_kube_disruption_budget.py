@@ -8,7 +8,6 @@ says which budget stopped it.  Once the budget goes, the reclaim goes through.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,15 +21,6 @@ from kai_ray.cluster.kube.scheduler import KubeScheduler
 from kai_ray.server.metrics import SchedulerMetrics
 
 pytestmark = pytest.mark.kube
-
-
-@pytest.fixture
-def zone(kube_api: Any, namespace: str) -> Iterator[Zone]:
-    made = Zone(kube_api, namespace)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def samples(metrics: SchedulerMetrics, name: str) -> list[tuple[dict[str, str], float]]:

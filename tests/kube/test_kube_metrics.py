@@ -8,7 +8,7 @@ that disappear with their queue, and the endpoint on loopback by default.
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,15 +20,6 @@ from prometheus_client.parser import text_string_to_metric_families
 pytestmark = pytest.mark.kube
 
 Samples = list[tuple[str, dict[str, str], float]]
-
-
-@pytest.fixture
-def zone(kube_api: Any, namespace: str) -> Iterator[Zone]:
-    made = Zone(kube_api, namespace)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def scrape(url: str) -> Samples:

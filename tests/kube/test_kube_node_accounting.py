@@ -23,15 +23,6 @@ pytestmark = pytest.mark.kube
 
 
 @pytest.fixture
-def zone(kube_api: Any, namespace: str) -> Iterator[Zone]:
-    made = Zone(kube_api, namespace)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
-@pytest.fixture
 def scheduler(kube_api: Any, zone: Zone) -> Iterator[KubeScheduler]:
     running = KubeScheduler(kube_api, namespace=zone.name)
     running.start()

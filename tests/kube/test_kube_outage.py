@@ -43,14 +43,11 @@ def proxy(kube_cluster: DevCluster) -> Iterator[FlakyProxy]:
 
 
 @pytest.fixture
-def zone(kube_api: Any, namespace: str) -> Iterator[Zone]:
-    made = Zone(kube_api, namespace)
-    made.node("n0")
-    made.queue("leaf")
-    try:
-        yield made
-    finally:
-        made.close()
+def zone(zone: Zone) -> Zone:
+    """An 8-GPU node and a leaf queue of the test's own."""
+    zone.node("n0")
+    zone.queue("leaf")
+    return zone
 
 
 def through(cluster: DevCluster, relay: FlakyProxy, path: Path) -> Path:

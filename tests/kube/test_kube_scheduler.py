@@ -2,48 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kube_support import eventually, queue_body
+from kube_support import eventually
+from kube_zone import Zone
 from kubernetes import client
 
-from kai_ray.cluster.kube import devcluster
 from kai_ray.cluster.kube.scheduler import KubeScheduler
 
 pytestmark = pytest.mark.kube
 
 GROUP, VERSION = "scheduling.run.ai", "v2"
-
-
-def pod(
-    name: str, leaf: str, zone: str, gpus: int = 0, *, group: str | None = None, fraction: str | None = None
-) -> Any:
-    annotations = {}
-    if group:
-        annotations["pod-group-name"] = group
-    if fraction:
-        annotations["gpu-fraction"] = fraction
-    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(
-            name=name, labels={"kai.scheduler/queue": leaf}, annotations=annotations
-        ),
-        spec=client.V1PodSpec(
-            scheduler_name="kai-scheduler",
-            node_selector={"kai-ray-test": zone},
-            containers=[
-                client.V1Container(
-                    name="main",
-                    image="busybox",
-                    resources=client.V1ResourceRequirements(
-                        requests={"cpu": "100m", "memory": "100Mi"}, limits=limits
-                    ),
-                )
-            ],
-        ),
-    )
 
 
 def podgroup(name: str, leaf: str, min_member: int) -> dict[str, Any]:
@@ -56,28 +26,20 @@ def podgroup(name: str, leaf: str, min_member: int) -> dict[str, Any]:
 
 
 @pytest.fixture
-def zone(kube_api: Any, namespace: str) -> Iterator[str]:
+def zone(zone: Zone) -> Zone:
     """Two 8-GPU nodes of this test's own, selected by a label, and a queue tree of its own."""
-    custom = client.CustomObjectsApi(kube_api)
-    for index in range(2):
-        devcluster.create_gpu_node(kube_api, f"{namespace}-n{index}", 8, labels={"kai-ray-test": namespace})
-    custom.create_cluster_custom_object(GROUP, VERSION, "queues", queue_body(f"{namespace}-dept", None, -1))
-    custom.create_cluster_custom_object(
-        GROUP, VERSION, "queues", queue_body(f"{namespace}-leaf", f"{namespace}-dept", 16)
-    )
-    yield namespace
-    core = client.CoreV1Api(kube_api)
-    for index in range(2):
-        core.delete_node(f"{namespace}-n{index}")
+    zone.node("n0")
+    zone.node("n1")
+    zone.queue("leaf", zone.queue("dept"), gpu_quota=16)
+    return zone
 
 
 def pods_by_name(kube_api: Any, namespace: str) -> dict[str, Any]:
     return {p.metadata.name: p for p in client.CoreV1Api(kube_api).list_namespaced_pod(namespace).items}
 
 
-def test_quickstart_like_cluster_binds_what_fits_and_explains_the_rest(kube_api: Any, zone: str) -> None:
-    namespace, leaf = zone, f"{zone}-leaf"
-    core = client.CoreV1Api(kube_api)
+def test_quickstart_like_cluster_binds_what_fits_and_explains_the_rest(kube_api: Any, zone: Zone) -> None:
+    namespace, leaf = zone.name, zone.queues[-1]
     custom = client.CustomObjectsApi(kube_api)
     custom.create_namespaced_custom_object(
         GROUP, "v2alpha2", namespace, "podgroups", podgroup("gang", leaf, 4)
@@ -86,13 +48,13 @@ def test_quickstart_like_cluster_binds_what_fits_and_explains_the_rest(kube_api:
         GROUP, "v2alpha2", namespace, "podgroups", podgroup("too-big", leaf, 3)
     )
     for index in range(4):
-        core.create_namespaced_pod(namespace, pod(f"gang-{index}", leaf, zone, 3, group="gang"))
+        zone.pod(f"gang-{index}", queue=leaf, gpus=3, group="gang")
     for index in range(3):
-        core.create_namespaced_pod(namespace, pod(f"too-big-{index}", leaf, zone, 8, group="too-big"))
-    core.create_namespaced_pod(namespace, pod("single-0", leaf, zone, 1))
-    core.create_namespaced_pod(namespace, pod("single-1", leaf, zone, 1))
-    core.create_namespaced_pod(namespace, pod("half", leaf, zone, fraction="0.5"))
-    core.create_namespaced_pod(namespace, pod("cpu-only", leaf, zone))
+        zone.pod(f"too-big-{index}", queue=leaf, gpus=8, group="too-big")
+    zone.pod("single-0", queue=leaf)
+    zone.pod("single-1", queue=leaf)
+    zone.pod("half", queue=leaf, gpus=0, annotations={"gpu-fraction": "0.5"})
+    zone.pod("cpu-only", queue=leaf, gpus=0)
 
     scheduler = KubeScheduler(kube_api, namespace=namespace)
     scheduler.start()
@@ -118,11 +80,10 @@ def test_quickstart_like_cluster_binds_what_fits_and_explains_the_rest(kube_api:
         scheduler.stop()
 
 
-def test_a_restarted_scheduler_never_binds_a_pod_twice(kube_api: Any, zone: str) -> None:
-    namespace, leaf = zone, f"{zone}-leaf"
-    core = client.CoreV1Api(kube_api)
+def test_a_restarted_scheduler_never_binds_a_pod_twice(kube_api: Any, zone: Zone) -> None:
+    namespace, leaf = zone.name, zone.queues[-1]
     for index in range(6):
-        core.create_namespaced_pod(namespace, pod(f"p-{index}", leaf, zone, 2))
+        zone.pod(f"p-{index}", queue=leaf, gpus=2)
     first = KubeScheduler(kube_api, namespace=namespace)
     first.start()
     try:
