@@ -29,7 +29,11 @@ from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskS
 
 log = logging.getLogger(__name__)
 
-RAY_CALL_TIMEOUT_SECONDS = 120.0
+RAY_CALL_TIMEOUT_SECONDS = 8.0
+"""A call to the shards during a cycle never outlasts this (a scheduler's lease is 15 s); on a
+timeout the cycle ranks in-process, with the same result, and the shards are re-seeded."""
+RAY_START_TIMEOUT_SECONDS = 120.0
+"""The first call also waits for the actors to start, which a cold machine takes a while for."""
 
 
 @dataclass
@@ -183,6 +187,8 @@ class RayExecutor:
             ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
         self.shards = shards
         self.coordinator: Any = RemoteCoordinator.remote(shards)
+        self._started = False
+        """Whether the actors have answered once: the first call also waits for them to start."""
         self._sent = [_Sent() for _ in range(shards)]
         self.fallbacks = 0
         self.timings: list[BatchTiming] = []
@@ -204,11 +210,12 @@ class RayExecutor:
         try:
             reply: tuple[list[RankedRows], BatchTiming] = ray.get(
                 self.coordinator.rank.remote(deltas, ranking, shapes, copies),
-                timeout=RAY_CALL_TIMEOUT_SECONDS,
+                timeout=RAY_CALL_TIMEOUT_SECONDS if self._started else RAY_START_TIMEOUT_SECONDS,
             )
         except ray.exceptions.RayError as error:
             self._recover(error)
             return None
+        self._started = True
         answers, timing = reply
         timing.total_seconds = time.perf_counter() - started
         self.timings.append(timing)

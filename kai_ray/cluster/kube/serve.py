@@ -144,8 +144,8 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
     configuration = load_configuration(options.kubeconfig)
     configuration.connection_pool_maxsize = pool_size_for(DEFAULT_CONCURRENCY)
     identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
-    # Unfenced: the lease and the start-up checks come before leadership.
-    election_api = client.ApiClient(configuration)
+    # Not fenced (the lease and the start-up checks come before leadership), but timed out.
+    election_api = FencedApiClient(configuration)
     election_api.user_agent = f"kai-ray/{__version__} ({identity})"
     check_cluster(election_api, options.lease_namespace)
     elector = LeaderElector(
