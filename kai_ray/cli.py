@@ -18,10 +18,10 @@ from kai_ray.bench.runner import run_shape
 from kai_ray.bench.shapes import build_shape
 from kai_ray.cluster.sim.scenario import ScenarioError, is_scenario_file, load_scenario
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
+from kai_ray.convert import cluster_from_manifests
 from kai_ray.distributed.executor import Executor
 from kai_ray.report.scenario_json import render_json
 from kai_ray.report.table import render_table
-from kai_ray.translate import cluster_from_manifests
 
 app = typer.Typer(help="kai-ray: a Ray-native, KAI-compatible GPU scheduler.", no_args_is_help=True)
 
@@ -274,7 +274,7 @@ def serve(
 ) -> None:
     """Schedule a Kubernetes cluster as KAI Scheduler does, until SIGTERM."""
     from kai_ray.cluster.kube.leader import LeaseTiming
-    from kai_ray.cluster.kube.serve import ServeOptions, serve_forever
+    from kai_ray.server.serve import ServeOptions, serve_forever
 
     try:
         timing = LeaseTiming(lease_duration, renew_deadline, retry_period)

@@ -7,8 +7,8 @@ from typing import Any
 import yaml
 
 from kai_ray.api import load_manifest_text
+from kai_ray.convert import cluster_from_manifest_set
 from kai_ray.model.objects import ClusterState
-from kai_ray.translate import cluster_from_manifest_set
 
 Obj = dict[str, Any]
 

@@ -156,8 +156,8 @@ def run_kube_bench(
     """
     from kai_ray.cluster.kube import devcluster
     from kai_ray.cluster.kube.fence import FencedApiClient
-    from kai_ray.cluster.kube.scheduler import DEFAULT_CONCURRENCY, KubeScheduler
-    from kai_ray.cluster.kube.serve import load_configuration, pool_size_for
+    from kai_ray.server.scheduler import DEFAULT_CONCURRENCY, KubeScheduler
+    from kai_ray.server.serve import load_configuration, pool_size_for
 
     if pods > nodes * gpus_per_node:
         raise ValueError(f"{pods} one-GPU pods cannot all fit on {nodes} nodes x {gpus_per_node} GPUs")

@@ -1,0 +1,1 @@
+"""The long-running service: the scheduling loop, the `serve` process, its metrics and logs."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kai_ray.cluster.kube.serve import DEFAULT_METRICS_ADDRESS, ServeOptions
+from kai_ray.server.serve import DEFAULT_METRICS_ADDRESS, ServeOptions
 
 pytestmark = pytest.mark.unit
 

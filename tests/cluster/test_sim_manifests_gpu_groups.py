@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.convert import cluster_from_manifests
 from kai_ray.engine.cycle import schedule
 from kai_ray.model.snapshot import compile_snapshot
-from kai_ray.translate import cluster_from_manifests
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from kai_ray.convert import cluster_from_manifests
 from kai_ray.model.objects import UNLIMITED, ClusterState, PodSetSpec, ResourceQuota, TaskStatus
-from kai_ray.translate import cluster_from_manifests
 
 pytestmark = pytest.mark.unit
 

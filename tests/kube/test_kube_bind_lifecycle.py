@@ -20,8 +20,8 @@ from kubernetes import client
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kai_ray.cluster.kube.scheduler import KubeScheduler
 from kai_ray.server.metrics import SchedulerMetrics
+from kai_ray.server.scheduler import KubeScheduler
 
 pytestmark = pytest.mark.kube
 

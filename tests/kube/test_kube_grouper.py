@@ -19,7 +19,7 @@ from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.grouper import PODGROUPER_WARNING, ensure_pod_groups
 from kai_ray.cluster.kube.snapshot import snapshot
 from kai_ray.cluster.kube.status import EventWriter
-from kai_ray.translate import bare_pod_group_name
+from kai_ray.convert import bare_pod_group_name
 
 pytestmark = pytest.mark.kube
 

@@ -17,7 +17,7 @@ from kube_support import eventually
 from kube_zone import GROUP, Zone
 from kubernetes import client
 
-from kai_ray.cluster.kube.scheduler import KubeScheduler
+from kai_ray.server.scheduler import KubeScheduler
 
 pytestmark = pytest.mark.kube
 

@@ -24,7 +24,7 @@ from kubernetes import client
 from kai_ray.cluster.kube.devcluster import DevCluster
 from kai_ray.cluster.kube.fence import FencedApiClient
 from kai_ray.cluster.kube.leader import lease_name
-from kai_ray.cluster.kube.scheduler import KubeScheduler, RunOutcome
+from kai_ray.server.scheduler import KubeScheduler, RunOutcome
 
 pytestmark = pytest.mark.kube
 

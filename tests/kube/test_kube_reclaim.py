@@ -18,7 +18,7 @@ from kube_support import eventually, queue_body
 from kubernetes import client
 
 from kai_ray.cluster.kube import devcluster
-from kai_ray.cluster.kube.scheduler import CycleOutcome, KubeScheduler
+from kai_ray.server.scheduler import CycleOutcome, KubeScheduler
 
 pytestmark = pytest.mark.kube
 

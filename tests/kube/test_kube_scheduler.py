@@ -9,7 +9,7 @@ from kube_support import eventually
 from kube_zone import Zone
 from kubernetes import client
 
-from kai_ray.cluster.kube.scheduler import KubeScheduler
+from kai_ray.server.scheduler import KubeScheduler
 
 pytestmark = pytest.mark.kube
 

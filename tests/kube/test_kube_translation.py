@@ -24,8 +24,8 @@ from kai_ray.api import load_manifest_text
 from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.grouper import ensure_pod_groups
 from kai_ray.cluster.kube.snapshot import snapshot
+from kai_ray.convert import cluster_from_manifest_set
 from kai_ray.model.objects import ClusterState, HeldPod, JobSpec, TaskSpec
-from kai_ray.translate import cluster_from_manifest_set
 
 pytestmark = pytest.mark.kube
 

@@ -24,7 +24,7 @@ every read an independent deep copy for the price of one `json.loads`.
 Pods are followed twice: every pod of this scheduler, and, as `ForeignPod`,
 the pods of other schedulers that sit on a node and have not finished.  Those
 hold node resources like ours do (a node must never be offered twice), but
-only what they occupy is kept (`translate.occupancy_only`), so a cluster full
+only what they occupy is kept (`convert.occupancy_only`), so a cluster full
 of other workloads costs the cache little memory.
 """
 
@@ -54,7 +54,7 @@ from kai_ray.api.constants import (
     SCHEDULER_NAME,
     TOPOLOGY_API_VERSION,
 )
-from kai_ray.translate import occupancy_only
+from kai_ray.convert import occupancy_only
 
 __all__ = ["FOREIGN_POD", "KINDS", "RESOURCES", "CacheContents", "ClusterCache", "Resource"]
 

@@ -1,7 +1,7 @@
 """Give every plain kai-scheduler pod a PodGroup, as KAI's podgrouper does for a bare pod.
 
 The scheduler only schedules PodGroups, so a pod submitted on its own needs
-one before it can run.  The PodGroup is the one `kai_ray.translate.bare_pods`
+one before it can run.  The PodGroup is the one `kai_ray.convert.bare_pods`
 derives (KAI's default grouper rule, the same the simulator uses), created on
 the cluster; the pod is then annotated with `pod-group-name`.
 
@@ -43,7 +43,7 @@ from kai_ray.cluster.kube.status import (
     api_error_message,
     run_bounded,
 )
-from kai_ray.translate import bare_pod_group, bare_pod_group_wire
+from kai_ray.convert import bare_pod_group, bare_pod_group_wire
 
 __all__ = ["PODGROUPER_WARNING", "GroupingResult", "ensure_pod_groups"]
 

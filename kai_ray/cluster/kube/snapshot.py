@@ -1,7 +1,7 @@
 """The engine's `ClusterState` from the cluster cache, through the one translation of objects.
 
 A live cluster and a directory of manifests must mean the same thing to the
-scheduler, so the cached objects go through `kai_ray.translate` like
+scheduler, so the cached objects go through `kai_ray.convert` like
 manifests do.  Every object it cannot use becomes a `ManifestProblem` (file
 "cluster") and is skipped; the rest is scheduled.
 
@@ -20,8 +20,8 @@ from typing import Any
 
 from kai_ray.api import ManifestProblem
 from kai_ray.cluster.kube.cache import FOREIGN_POD, ClusterCache
+from kai_ray.convert import BarePods, cluster_from_objects
 from kai_ray.model.objects import ClusterState
-from kai_ray.translate import BarePods, cluster_from_objects
 
 __all__ = ["SOURCE", "snapshot"]
 

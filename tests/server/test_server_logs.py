@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from kai_ray.cluster.kube.logs import JsonFormatter, RepeatFilter
+from kai_ray.server.logs import JsonFormatter, RepeatFilter
 
 pytestmark = pytest.mark.unit
 

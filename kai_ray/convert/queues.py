@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kai_ray.api import Manifest, ManifestProblem, Queue, QueueResource
+from kai_ray.convert.common import created, seconds
 from kai_ray.model.objects import UNLIMITED, QueueSpec, ResourceQuota
-from kai_ray.translate.common import created, seconds
 
 MEGABYTE = 1_000_000
 """Queue memory is written in MB (10^6 bytes), not MiB (spec/kubernetes-api.md §2.1)."""

@@ -10,10 +10,10 @@ from manifest_builders import node, pod, podgroup, queue
 
 from kai_ray.api import load_manifest_text
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.convert import BarePods, cluster_from_manifest_set, cluster_from_objects
 from kai_ray.engine.cycle import open_session, schedule
 from kai_ray.model.objects import ClusterState, TaskStatus
 from kai_ray.model.snapshot import compile_snapshot
-from kai_ray.translate import BarePods, cluster_from_manifest_set, cluster_from_objects
 
 pytestmark = pytest.mark.unit
 

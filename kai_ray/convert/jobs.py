@@ -23,12 +23,12 @@ from kai_ray.api.constants import (
     SCHEDULER_NAME,
     SUBGROUP_LABEL,
 )
+from kai_ray.convert.bare_pods import bare_pod_group
+from kai_ray.convert.common import Invalid, annotation_field, label_field
+from kai_ray.convert.podgroups import Priorities, job_from_podgroup
+from kai_ray.convert.pods import PodContext, held_task, task_from_pod
+from kai_ray.convert.queues import QueueIndex
 from kai_ray.model.objects import OCCUPYING, HeldPod, JobSpec, TaskSpec
-from kai_ray.translate.bare_pods import bare_pod_group
-from kai_ray.translate.common import Invalid, annotation_field, label_field
-from kai_ray.translate.podgroups import Priorities, job_from_podgroup
-from kai_ray.translate.pods import PodContext, held_task, task_from_pod
-from kai_ray.translate.queues import QueueIndex
 
 _Key = tuple[str, str]
 

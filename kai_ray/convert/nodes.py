@@ -14,8 +14,8 @@ from kai_ray.api.constants import (
     RESOURCE_MEMORY,
     RESOURCE_PODS,
 )
+from kai_ray.convert.common import Invalid, label_field
 from kai_ray.model.objects import NodeSpec, Taint
-from kai_ray.translate.common import Invalid, label_field
 
 DEFAULT_MAX_PODS = 110
 """Kubelet's default pod limit, used when a node states none."""

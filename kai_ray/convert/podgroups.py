@@ -22,9 +22,9 @@ from kai_ray.api.constants import (
     PREEMPTIBLE,
     STALE_PODGROUP_TIMESTAMP_ANNOTATION,
 )
+from kai_ray.convert.common import Invalid, annotation_time, created, seconds
+from kai_ray.convert.queues import QueueIndex
 from kai_ray.model.objects import JobSpec, PodSetSpec, SubGroupSetSpec
-from kai_ray.translate.common import Invalid, annotation_time, created, seconds
-from kai_ray.translate.queues import QueueIndex
 
 
 @dataclass(frozen=True)

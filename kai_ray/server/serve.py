@@ -29,11 +29,11 @@ from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.scheduler_conf import SchedulerConfigError, load_scheduler_config
 from kai_ray.cluster.kube.fence import FencedApiClient
 from kai_ray.cluster.kube.leader import LeaderElector, LeaseTiming, lease_name
-from kai_ray.cluster.kube.logs import configure_logging
 from kai_ray.cluster.kube.permissions import missing_permissions
-from kai_ray.cluster.kube.scheduler import DEFAULT_CONCURRENCY, KubeScheduler, RunOutcome
 from kai_ray.distributed.executor import Executor
+from kai_ray.server.logs import configure_logging
 from kai_ray.server.metrics import SchedulerMetrics
+from kai_ray.server.scheduler import DEFAULT_CONCURRENCY, KubeScheduler, RunOutcome
 
 log = logging.getLogger(__name__)
 

@@ -38,13 +38,13 @@ from kai_ray.api import (
 )
 from kai_ray.api.constants import SCHEDULER_NAME
 from kai_ray.api.manifests import load_manifest_objects
+from kai_ray.convert.common import convert_each, latest_time
+from kai_ray.convert.jobs import BarePods, JobAssembler
+from kai_ray.convert.nodes import node_spec
+from kai_ray.convert.podgroups import Priorities
+from kai_ray.convert.pods import PodContext
+from kai_ray.convert.queues import convert_queues
 from kai_ray.model.objects import ClusterState
-from kai_ray.translate.common import convert_each, latest_time
-from kai_ray.translate.jobs import BarePods, JobAssembler
-from kai_ray.translate.nodes import node_spec
-from kai_ray.translate.podgroups import Priorities
-from kai_ray.translate.pods import PodContext
-from kai_ray.translate.queues import convert_queues
 
 __all__ = ["cluster_from_manifest_set", "cluster_from_manifests", "cluster_from_objects", "occupancy_only"]
 

@@ -118,6 +118,8 @@ class KubeScheduler:
             concurrency=self.concurrency,
             lookup=self.cache.get,
         )
+        self._stop: threading.Event | None = None
+        self._elector: LeaderElector | None = None
 
     def start(self, stop: threading.Event | None = None) -> bool:
         """Start the cache and wait for its first full list; False if `stop` was set meanwhile.
@@ -172,7 +174,7 @@ class KubeScheduler:
             backoff_limit=self.bind_backoff_limit,
         )
         phases.lap("apply")
-        bound = self.binder.bind_pending(timeout=BIND_PASS_TIMEOUT_SECONDS)
+        bound = self._bind()
         phases.lap("bind")
         blocked = _blocked_reasons(applied.blocked)
         # From the cache, not a GET per PodGroup: the plan names every job, running ones too.
@@ -201,6 +203,7 @@ class KubeScheduler:
         if not self.start(stop):
             self.stop()
             return RunOutcome.STOPPED
+        self._stop, self._elector = stop, elector
         outcome = RunOutcome.STOPPED
         try:
             if elector is not None and not _wait_for_lease(elector, stop):
@@ -220,6 +223,26 @@ class KubeScheduler:
                 elector.release()
             self.stop()
         return outcome
+
+    def _bind(self) -> BindPassResult:
+        """Bind passes of at most `BIND_PASS_TIMEOUT_SECONDS` each, until none runs out of time.
+
+        A pass that runs out of time leaves what it did not start; the next pass starts at
+        once rather than a cycle later, which would plan again from a fresh snapshot for
+        nothing, as long as this replica may still act (not stopping, still leading).
+        """
+        result = self.binder.bind_pending(timeout=BIND_PASS_TIMEOUT_SECONDS)
+        while result.timed_out and self._may_act():
+            more = self.binder.bind_pending(timeout=BIND_PASS_TIMEOUT_SECONDS)
+            result = BindPassResult(
+                [*result.outcomes, *more.outcomes], [*result.errors, *more.errors], more.timed_out
+            )
+        return result
+
+    def _may_act(self) -> bool:
+        if self._stop is not None and self._stop.is_set():
+            return False
+        return self._elector is None or self._elector.leadership.is_leader()
 
     def _guarded_cycle(self) -> None:
         try:

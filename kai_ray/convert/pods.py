@@ -25,8 +25,8 @@ from kai_ray.api.constants import (
 )
 from kai_ray.api.core import Container, PodSpec
 from kai_ray.api.quantity import QuantityError
+from kai_ray.convert.common import Invalid, annotation_field, created, epoch, label_field
 from kai_ray.model.objects import AffinityRequirement, TaskSpec, TaskStatus, Toleration
-from kai_ray.translate.common import Invalid, annotation_field, created, epoch, label_field
 
 STUCK_IN_RELEASING_SECONDS = 120.0
 """A Running pod deleted longer ago than this is StuckInReleasing (KAI's default threshold)."""

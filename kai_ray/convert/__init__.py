@@ -4,15 +4,15 @@ Every backend goes through it: the simulator's manifests, the Kubernetes
 informer cache, and the grouper's bare-pod rule (`bare_pods`).
 """
 
-from kai_ray.translate.bare_pods import bare_pod_group, bare_pod_group_name, bare_pod_group_wire
-from kai_ray.translate.cluster import (
+from kai_ray.convert.bare_pods import bare_pod_group, bare_pod_group_name, bare_pod_group_wire
+from kai_ray.convert.cluster import (
     cluster_from_manifest_set,
     cluster_from_manifests,
     cluster_from_objects,
     occupancy_only,
 )
-from kai_ray.translate.jobs import BarePods
-from kai_ray.translate.podgroups import Priorities
+from kai_ray.convert.jobs import BarePods
+from kai_ray.convert.podgroups import Priorities
 
 __all__ = [
     "BarePods",

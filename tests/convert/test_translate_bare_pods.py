@@ -9,7 +9,7 @@ import yaml
 from manifest_builders import pod
 
 from kai_ray.api import Pod, load_manifest_text
-from kai_ray.translate import bare_pod_group, bare_pod_group_wire, cluster_from_manifest_set
+from kai_ray.convert import bare_pod_group, bare_pod_group_wire, cluster_from_manifest_set
 
 pytestmark = pytest.mark.unit
 
