@@ -148,7 +148,7 @@ def bench(
     """Time scheduling cycles on a generated cluster shape, or end to end with --kube."""
     if kube:
         from kai_ray.bench import kube as kube_bench
-        from kai_ray.cluster.kube.devcluster import DevClusterError
+        from kai_ray.devcluster import DevClusterError
 
         try:
             kube_result = kube_bench.run_kube_bench(
@@ -217,7 +217,7 @@ def devcluster_up(
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0)] = 8,
 ) -> None:
     """Start etcd, kube-apiserver and a pod runner; install CRDs and KAI's default objects."""
-    from kai_ray.cluster.kube import devcluster
+    from kai_ray import devcluster
 
     try:
         cluster = devcluster.start(directory, nodes=nodes, gpus_per_node=gpus_per_node)
@@ -232,7 +232,7 @@ def devcluster_down(
     directory: Annotated[Path, typer.Option("--dir", help="The directory given to `up`.")],
 ) -> None:
     """Stop everything `devcluster up` started in that directory."""
-    from kai_ray.cluster.kube import devcluster
+    from kai_ray import devcluster
 
     devcluster.stop(directory)
     typer.echo(f"stopped {directory}")

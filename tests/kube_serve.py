@@ -21,7 +21,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from kai_ray.cluster.kube.devcluster import DevCluster
+from kai_ray.devcluster import DevCluster
 
 GROUP = "scheduling.run.ai"
 KAI_RAY = Path(sys.executable).parent / "kai-ray"

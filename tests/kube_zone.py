@@ -14,7 +14,7 @@ from typing import Any
 from kube_support import queue_body
 from kubernetes import client
 
-from kai_ray.cluster.kube import devcluster
+from kai_ray import devcluster
 
 GROUP = "scheduling.run.ai"
 ZONE_LABEL = "kai-ray-test"

@@ -154,7 +154,7 @@ def run_kube_bench(
     The cluster lives in `directory` (a fresh temporary directory by default, removed
     afterwards) and is always stopped before returning.
     """
-    from kai_ray.cluster.kube import devcluster
+    from kai_ray import devcluster
     from kai_ray.cluster.kube.fence import FencedApiClient
     from kai_ray.server.scheduler import DEFAULT_CONCURRENCY, KubeScheduler
     from kai_ray.server.serve import load_configuration, pool_size_for

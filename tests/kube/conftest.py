@@ -21,8 +21,8 @@ from kube_serve import History, Serve
 from kube_zone import Zone
 from kubernetes import client
 
-from kai_ray.cluster.kube import devcluster
-from kai_ray.cluster.kube.devcluster import DevCluster
+from kai_ray import devcluster
+from kai_ray.devcluster import DevCluster
 
 #: Fake GPU nodes created at start-up (managed by kwok); tests must not change them.
 SESSION_NODES = 2

@@ -28,8 +28,8 @@ from kube_support import api_for_kubeconfig, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kai_ray.cluster.kube import devcluster
-from kai_ray.cluster.kube.devcluster import DevCluster
+from kai_ray import devcluster
+from kai_ray.devcluster import DevCluster
 
 pytestmark = pytest.mark.kube
 

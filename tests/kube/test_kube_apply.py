@@ -22,7 +22,6 @@ from kai_ray.api import BindRequest
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.cluster.kube.apply import apply_plan, bind_request_body, received_gpu
 from kai_ray.cluster.kube.binder import Binder
-from kai_ray.cluster.kube.devcluster import DevCluster
 from kai_ray.cluster.kube.status import (
     EventWriter,
     PodGroupRef,
@@ -32,6 +31,7 @@ from kai_ray.cluster.kube.status import (
     write_podgroup_status,
     write_queue_status,
 )
+from kai_ray.devcluster import DevCluster
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Bind, Eviction, Plan, TaskState
 from kai_ray.engine.reasons import EvictionCause, EvictionReason, PendingCause, PendingReason

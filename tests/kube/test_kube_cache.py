@@ -20,9 +20,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kai_ray.cluster.kube.cache import ClusterCache
-from kai_ray.cluster.kube.devcluster import DevCluster
 from kai_ray.cluster.kube.reporting import INVALID_OBJECT, ProblemReporter
 from kai_ray.cluster.kube.snapshot import snapshot
+from kai_ray.devcluster import DevCluster
 from kai_ray.model.objects import ClusterState, JobSpec, TaskStatus
 
 pytestmark = pytest.mark.kube

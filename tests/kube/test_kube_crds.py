@@ -18,9 +18,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kai_ray import devcluster
 from kai_ray.api import BindRequest, PodGroup, Queue, Topology
 from kai_ray.api.crds import CRDS, CrdSpec, crd_manifest
-from kai_ray.cluster.kube import devcluster
 
 pytestmark = pytest.mark.kube
 

@@ -21,8 +21,8 @@ from kube_serve import History, Serve, lease_holder, wait_until
 from kube_zone import Zone
 from kubernetes import client
 
-from kai_ray.cluster.kube.devcluster import DevCluster, read_audit_events
 from kai_ray.cluster.kube.leader import lease_name
+from kai_ray.devcluster import DevCluster, read_audit_events
 
 pytestmark = pytest.mark.kube
 

@@ -21,9 +21,9 @@ from kube_serve import Serve, lease_holder, wait_until
 from kube_zone import Zone
 from kubernetes import client
 
-from kai_ray.cluster.kube.devcluster import DevCluster
 from kai_ray.cluster.kube.fence import FencedApiClient
 from kai_ray.cluster.kube.leader import lease_name
+from kai_ray.devcluster import DevCluster
 from kai_ray.server.scheduler import KubeScheduler, RunOutcome
 
 pytestmark = pytest.mark.kube

@@ -21,8 +21,8 @@ from kube_serve import Serve, wait_until
 from kube_zone import GROUP, Zone
 from kubernetes import client
 
-from kai_ray.cluster.kube import devcluster
-from kai_ray.cluster.kube.devcluster import DevCluster, read_audit_events
+from kai_ray import devcluster
+from kai_ray.devcluster import DevCluster, read_audit_events
 
 pytestmark = pytest.mark.kube
 

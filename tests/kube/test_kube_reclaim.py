@@ -17,7 +17,7 @@ import pytest
 from kube_support import eventually, queue_body
 from kubernetes import client
 
-from kai_ray.cluster.kube import devcluster
+from kai_ray import devcluster
 from kai_ray.server.scheduler import CycleOutcome, KubeScheduler
 
 pytestmark = pytest.mark.kube

@@ -24,7 +24,7 @@ from kube_serve import lease_holder as holder_of
 from kube_serve import wait_until as wait_for
 from kubernetes import client
 
-from kai_ray.cluster.kube import devcluster
+from kai_ray import devcluster
 from kai_ray.cluster.kube.leader import lease_name
 
 LEASE_NAME = lease_name("kai-scheduler")

@@ -1,0 +1,40 @@
+"""A throwaway Kubernetes control plane on loopback (etcd, kube-apiserver, kwok) for users and tests.
+
+Not part of a running scheduler: `kai-ray devcluster up/down`, the Kubernetes tests and
+`kai-ray bench --kube` use it.  `control_plane` starts and stops it, `seeding` creates what a
+fresh KAI install has, `processes` keeps track of what was started, `binaries` finds (or
+builds) the executables, `credentials` writes keys and kubeconfigs, `audit` reads the
+API server's record of writes, `fake_kubelet` plays the kubelet when kwok was not built.
+"""
+
+from kai_ray.devcluster.audit import read_audit_events
+from kai_ray.devcluster.binaries import DevClusterError, build_bins, default_crd_dir, repo_root
+from kai_ray.devcluster.control_plane import DevCluster, PodRunner, start, stop
+from kai_ray.devcluster.credentials import service_account_kubeconfig
+from kai_ray.devcluster.fake_kubelet import run_fake_kubelet
+from kai_ray.devcluster.seeding import (
+    DEFAULT_PRIORITY_CLASSES,
+    FAKE_NODE_ANNOTATION,
+    create_default_objects,
+    create_gpu_node,
+    install_crds,
+)
+
+__all__ = [
+    "DEFAULT_PRIORITY_CLASSES",
+    "FAKE_NODE_ANNOTATION",
+    "DevCluster",
+    "DevClusterError",
+    "PodRunner",
+    "build_bins",
+    "create_default_objects",
+    "create_gpu_node",
+    "default_crd_dir",
+    "install_crds",
+    "read_audit_events",
+    "repo_root",
+    "run_fake_kubelet",
+    "service_account_kubeconfig",
+    "start",
+    "stop",
+]

@@ -1,0 +1,68 @@
+"""Where the dev cluster's binaries and CRDs come from: built once from Go modules, cached outside."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+__all__ = ["DevClusterError", "build_bins", "default_crd_dir", "repo_root", "require_binaries"]
+
+
+class DevClusterError(RuntimeError):
+    """The dev control plane could not be built, started or reached."""
+
+
+def repo_root() -> Path:
+    """The kai-ray checkout this module lives in (``tools/`` and ``charts/`` are found from it).
+
+    Resolved from this file rather than the working directory so tests and the CLI behave the
+    same wherever they are launched from.
+    """
+    return Path(__file__).resolve().parents[2]
+
+
+def default_crd_dir(root: Path | None = None) -> Path:
+    """kai-ray's own generated CRDs when present, else the upstream KAI CRDs next to the repo.
+
+    Preferring ``charts/kai-ray/crds`` means tests exercise the CRDs we ship; the upstream
+    copy (``../shared/crds/kai``) keeps the dev cluster usable before those are generated.
+    """
+    root = repo_root() if root is None else root
+    ours = root / "charts" / "kai-ray" / "crds"
+    if ours.is_dir() and any(ours.glob("*.yaml")):
+        return ours
+    return (root.parent / "shared" / "crds" / "kai").resolve()
+
+
+def build_bins(root: Path | None = None, timeout: float = 3600.0) -> Path:
+    """Build (first time only) or locate kube-apiserver/etcd/kwok and return their directory.
+
+    ``KAI_RAY_K8S_BIN_DIR`` short-circuits the build for machines that already have binaries.
+    The build script prints the bin dir as its last stdout line; its progress goes to stderr,
+    which is passed through so a 10+ minute cold build is visibly alive.
+    """
+    env_dir = os.environ.get("KAI_RAY_K8S_BIN_DIR")
+    if env_dir:
+        path = Path(env_dir)
+        require_binaries(path)
+        return path
+    root = repo_root() if root is None else root
+    script = root / "tools" / "k8s" / "build-bins.sh"
+    if not script.is_file():
+        raise DevClusterError(f"{script} not found; set KAI_RAY_K8S_BIN_DIR to a directory with the binaries")
+    proc = subprocess.run(
+        ["bash", str(script)], stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout, check=False
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        raise DevClusterError(f"{script} failed with exit code {proc.returncode}")
+    path = Path(lines[-1].strip())
+    require_binaries(path)
+    return path
+
+
+def require_binaries(bin_dir: Path) -> None:
+    for name in ("etcd", "kube-apiserver"):
+        if not os.access(bin_dir / name, os.X_OK):
+            raise DevClusterError(f"{bin_dir / name} is missing or not executable")

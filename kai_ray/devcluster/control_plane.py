@@ -1,0 +1,424 @@
+"""A throwaway Kubernetes control plane on loopback: etcd + kube-apiserver (+ kwok) for tests and demos.
+
+Why this exists: kai-ray's Kubernetes backend must be tested against a *real* kube-apiserver
+(the same approach as controller-runtime's envtest and KAI's own env-tests), never a mocked
+client, because the behaviour that matters (resourceVersions, watches, 409 conflicts,
+admission, status subresources, pods/binding) lives in the server.  The binaries are built
+from their published Go modules by ``tools/k8s/build-bins.sh`` into a cache outside the
+repository; this module only starts and stops them.
+
+What it starts (everything bound to 127.0.0.1 on free ports, nothing else is dialled):
+
+* etcd (``--unsafe-no-fsync``: test data is disposable, fsync would dominate on CI disks);
+* kube-apiserver with a static bearer token in ``system:masters`` (works before RBAC
+  bootstrap finishes), the ServiceAccount and TaintNodesByCondition admission plugins off
+  (no controller-manager runs to create ServiceAccounts or lift not-ready taints);
+* a pod runner that plays the kubelet for fake nodes: pods bound to them become Running,
+  terminating pods are finalized.  That is kwok when it was built, else a small in-repo
+  fake kubelet (``python -m kai_ray.devcluster.fake_kubelet KUBECONFIG``).
+
+``start`` then installs the CRDs, the default objects of a fresh KAI install (priority
+classes, ``default-parent-queue``/``default-queue``) and optionally N fake GPU nodes.  PIDs,
+ports and the token go to ``DIR/state.json`` so ``stop`` (possibly from another process, e.g.
+``kai-ray devcluster down``) can end exactly what was started.
+
+Credentials: the admin token (``tokens.csv``, ``kubeconfig``, ``state.json``), the
+ServiceAccount signing key (``sa.key``) and the serving key (``pki/``) are created readable by
+their owner only, because DIR is often under a shared /tmp and the token is cluster-admin.
+``stop`` deletes them and the audit log, and keeps the process logs.
+
+``start(audit=True)`` makes the apiserver write an audit log of every mutating request
+(``read_audit_events``), so tests can check which identity/user agent changed what.
+``service_account_kubeconfig`` gives tests a non-admin identity for checking RBAC.
+
+Not provided (no kube-controller-manager runs): namespace deletion finishing, garbage
+collection of ownerReferences, Job/ReplicaSet controllers.  Tests use unique namespaces and
+delete pods with ``grace_period_seconds=0``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import secrets
+import shutil
+import ssl
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from kai_ray.devcluster.audit import AUDIT_LOG, AUDIT_POLICY, prepare_audit
+from kai_ray.devcluster.binaries import (
+    DevClusterError,
+    build_bins,
+    default_crd_dir,
+    repo_root,
+    require_binaries,
+)
+from kai_ray.devcluster.credentials import generate_rsa_key, write_kubeconfig
+from kai_ray.devcluster.processes import (
+    LOOPBACK,
+    STATE_FILE,
+    STATE_VERSION,
+    Launcher,
+    free_ports,
+    read_state,
+    remove,
+    terminate,
+    wait_until,
+    write_private,
+    write_state,
+)
+from kai_ray.devcluster.seeding import (
+    FAKE_NODE_ANNOTATION,
+    create_default_objects,
+    create_gpu_node,
+    install_crds,
+    node_ready,
+)
+
+# Processes in the order they are stopped (reverse start order): the pod runner first so it
+# does not spin on a dying apiserver, etcd last so the apiserver can shut down cleanly.
+_STOP_ORDER = ("pod-runner", "kube-apiserver", "etcd")
+
+# What stop() deletes besides etcd's data: everything holding a credential (the admin token,
+# the ServiceAccount signing key, the serving key under pki/) and the audit log.
+_SECRETS = ("tokens.csv", "kubeconfig", "sa.key", "pki", AUDIT_LOG)
+
+_T = TypeVar("_T")
+PodRunner = Literal["auto", "kwok", "fake-kubelet", "none"]
+_PORT_ATTEMPTS = 3
+
+
+# --------------------------------------------------------------------------------------------
+# The handle returned by start()
+
+
+@dataclass(frozen=True)
+class DevCluster:
+    """A running dev control plane; everything a client needs to talk to it."""
+
+    dir: Path
+    kubeconfig: Path
+    server: str
+    token: str
+    ca_file: Path
+    etcd_url: str
+    bin_dir: Path
+    pod_runner: str
+    nodes: tuple[str, ...] = field(default_factory=tuple)
+    gpus_per_node: int = 0
+    #: The apiserver's JSON-lines audit log when started with ``audit=True`` (see ``read_audit_events``).
+    audit_log: Path | None = None
+
+    def api_client(self) -> Any:
+        """A fresh ``kubernetes.client.ApiClient`` for this cluster (callers close it)."""
+        from kubernetes import client
+
+        return client.ApiClient(self.configuration())
+
+    def configuration(self) -> Any:
+        """A ``kubernetes.client.Configuration`` with TLS verified against the apiserver's own CA."""
+        from kubernetes import client
+
+        cfg = client.Configuration()
+        cfg.host = self.server
+        cfg.api_key = {"authorization": self.token}
+        cfg.api_key_prefix = {"authorization": "Bearer"}
+        cfg.ssl_ca_cert = str(self.ca_file)
+        cfg.verify_ssl = True
+        return cfg
+
+    def stop(self) -> None:
+        """Stop everything this cluster started (same as ``stop(self.dir)``)."""
+        stop(self.dir)
+
+
+# --------------------------------------------------------------------------------------------
+# start / stop
+
+
+def stop(dir: Path, grace: float = 10.0) -> None:
+    """Stop every process recorded in ``dir/state.json`` and forget them.
+
+    Safe to call repeatedly, on a directory that never held a cluster, and from a different
+    process than the one that called ``start``.  The process logs are kept for post-mortems.
+    Removed: etcd's data directory (large and worthless), and every file holding a credential
+    plus the audit log, so a stopped cluster leaves no admin token or key behind in a directory
+    that may be shared.  When a process cannot be stopped nothing is removed, so state.json
+    still lets a later ``stop`` retry.
+    """
+    dir = Path(dir)
+    state = read_state(dir)
+    if state is None:
+        return
+    procs: dict[str, Any] = state.get("processes", {})
+    errors: list[str] = []
+    names = [n for n in _STOP_ORDER if n in procs] + [n for n in procs if n not in _STOP_ORDER]
+    for name in names:
+        info = procs[name]
+        try:
+            terminate(int(info["pid"]), info.get("start_time"), grace)
+        except DevClusterError as exc:
+            errors.append(f"{name}: {exc}")
+    if errors:
+        raise DevClusterError("; ".join(errors))
+    etcd_data = state.get("etcd_data_dir")
+    if etcd_data:
+        shutil.rmtree(etcd_data, ignore_errors=True)
+    for name in _SECRETS:
+        remove(dir / name)
+    # Rotated audit logs (the apiserver rotates audit.log at 100 MB to audit-<timestamp>.log).
+    for rotated in dir.glob("audit-*.log"):
+        rotated.unlink()
+    # Last, so an interrupted stop can be repeated.
+    with contextlib.suppress(FileNotFoundError):
+        (dir / STATE_FILE).unlink()
+
+
+def start(
+    dir: Path,
+    nodes: int = 0,
+    gpus_per_node: int = 8,
+    *,
+    bin_dir: Path | None = None,
+    crd_dir: Path | None = None,
+    pod_runner: PodRunner = "auto",
+    queue_quota: float = -1,
+    node_prefix: str = "gpu-node-",
+    gpu_memory_mib: int = 81920,
+    ready_timeout: float = 180.0,
+    die_with_parent: bool = False,
+    audit: bool = False,
+) -> DevCluster:
+    """Start etcd + kube-apiserver (+ pod runner) on loopback and seed a fresh KAI install.
+
+    ``dir`` receives the kubeconfig, logs and state.json.  A cluster already recorded there is
+    stopped first, so calling ``start`` twice yields one fresh cluster, never two.  On any
+    failure everything started so far is stopped before the exception propagates.
+
+    ``pod_runner`` is ``"kwok"``, ``"fake-kubelet"``, ``"none"`` or ``"auto"`` (kwok when its
+    binary is in ``bin_dir``).  ``queue_quota`` is the quota given to both default queues
+    (KAI's chart ships ``0``; ``-1`` lets non-preemptible workloads run in tests).
+    ``die_with_parent`` makes the kernel kill the children if this Python process dies.
+    ``audit`` makes the apiserver log every mutating request to ``DIR/audit.log``
+    (``DevCluster.audit_log``, ``read_audit_events``); off by default since it costs a
+    synchronous file write per mutation.
+    """
+    dir = Path(dir).resolve()
+    dir.mkdir(parents=True, exist_ok=True)
+    stop(dir)
+    bin_dir = build_bins() if bin_dir is None else Path(bin_dir)
+    require_binaries(bin_dir)
+    crd_dir = default_crd_dir() if crd_dir is None else Path(crd_dir)
+    if pod_runner == "auto":
+        pod_runner = "kwok" if os.access(bin_dir / "kwok", os.X_OK) else "fake-kubelet"
+    if pod_runner not in ("kwok", "fake-kubelet", "none"):
+        raise ValueError(f"unknown pod_runner {pod_runner!r}")
+
+    # Left over when a previous stop() could not run (no state.json); a stale audit log would
+    # mix the old cluster's events into the new one's.
+    for stale in ("etcd-data", *_SECRETS):
+        remove(dir / stale)
+
+    state: dict[str, Any] = {
+        "version": STATE_VERSION,
+        "processes": {},
+        "etcd_data_dir": str(dir / "etcd-data"),
+        "bin_dir": str(bin_dir),
+    }
+    write_state(dir, state)
+    launcher = Launcher(dir, state, die_with_parent)
+    try:
+        for attempt in range(_PORT_ATTEMPTS):
+            try:
+                cluster = _start(dir, launcher, bin_dir, pod_runner, ready_timeout, audit)
+                break
+            except DevClusterError as exc:
+                # The free ports we picked can be taken before etcd/apiserver bind them; pick anew.
+                if "address already in use" not in str(exc) or attempt == _PORT_ATTEMPTS - 1:
+                    raise
+                stop(dir)
+                state["processes"] = {}
+                write_state(dir, state)
+        api = cluster.api_client()
+        try:
+            install_crds(api, crd_dir, timeout=ready_timeout)
+            create_default_objects(api, queue_quota=queue_quota, timeout=ready_timeout)
+            names = tuple(f"{node_prefix}{i}" for i in range(nodes))
+            # With a pod runner, nodes start un-Ready and the runner marks them Ready: waiting
+            # for that proves the runner is up and managing them before tests bind pods.
+            runner = pod_runner != "none"
+            for name in names:
+                create_gpu_node(
+                    api, name, gpus=gpus_per_node, gpu_memory_mib=gpu_memory_mib, ready=not runner
+                )
+            if runner:
+                for name in names:
+                    wait_until(
+                        f"node {name} Ready (set by {pod_runner})",
+                        functools.partial(node_ready, api, name),
+                        ready_timeout,
+                        lambda: launcher.check_alive("pod-runner"),
+                    )
+                launcher.check_alive("pod-runner")
+        finally:
+            api.close()
+        cluster = dataclasses.replace(cluster, nodes=names, gpus_per_node=gpus_per_node)
+        state["nodes"] = list(names)
+        write_state(dir, state)
+        return cluster
+    except BaseException:
+        with contextlib.suppress(Exception):
+            stop(dir)
+        raise
+
+
+def _start(
+    dir: Path, launcher: Launcher, bin_dir: Path, pod_runner: str, timeout: float, audit: bool
+) -> DevCluster:
+    etcd_port, peer_port, api_port = free_ports(3)
+    etcd_url = f"http://{LOOPBACK}:{etcd_port}"
+    peer_url = f"http://{LOOPBACK}:{peer_port}"
+    launcher.launch(
+        "etcd",
+        [
+            str(bin_dir / "etcd"),
+            "--name=devcluster",
+            f"--data-dir={dir / 'etcd-data'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=devcluster={peer_url}",
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ],
+    )
+    launcher.state["ports"] = {"etcd": etcd_port, "etcd-peer": peer_port, "kube-apiserver": api_port}
+    write_state(dir, launcher.state)
+    wait_until(
+        f"etcd on {etcd_url}",
+        lambda: _http_ok(f"{etcd_url}/health"),
+        timeout,
+        lambda: launcher.check_alive("etcd"),
+    )
+
+    token = secrets.token_hex(16)
+    write_private(dir / "tokens.csv", f"{token},admin,admin,system:masters\n")
+    generate_rsa_key(dir / "sa.key")
+    # The apiserver writes its self-signed serving key here; it creates --cert-dir 0755 but
+    # leaves an existing directory's mode alone, so creating it first keeps the key private.
+    (dir / "pki").mkdir(mode=0o700, exist_ok=True)
+    audit_log = prepare_audit(dir) if audit else None
+    server = f"https://{LOOPBACK}:{api_port}"
+    launcher.launch("kube-apiserver", _apiserver_argv(bin_dir, dir, etcd_url, api_port, server, audit_log))
+    launcher.state["server"] = server
+    launcher.state["token"] = token
+    launcher.state["audit_log"] = None if audit_log is None else str(audit_log)
+    write_state(dir, launcher.state)
+    wait_until(
+        f"kube-apiserver /readyz on {server}",
+        lambda: _http_ok(f"{server}/readyz", token=token),
+        timeout,
+        lambda: launcher.check_alive("kube-apiserver"),
+    )
+    ca_file = dir / "pki" / "apiserver.crt"
+    kubeconfig = dir / "kubeconfig"
+    write_kubeconfig(kubeconfig, server, token, ca_file)
+
+    if pod_runner == "kwok":
+        launcher.launch("pod-runner", _kwok_argv(bin_dir, kubeconfig))
+    elif pod_runner == "fake-kubelet":
+        pythonpath = os.environ.get("PYTHONPATH", "")
+        launcher.launch(
+            "pod-runner",
+            [sys.executable, "-m", "kai_ray.devcluster.fake_kubelet", str(kubeconfig)],
+            # Importable from a plain checkout too, not only from an installed kai-ray.
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root()), pythonpath]))},
+        )
+    launcher.state["pod_runner"] = pod_runner
+    write_state(dir, launcher.state)
+    return DevCluster(
+        dir=dir,
+        kubeconfig=kubeconfig,
+        server=server,
+        token=token,
+        ca_file=ca_file,
+        etcd_url=etcd_url,
+        bin_dir=bin_dir,
+        pod_runner=pod_runner,
+        audit_log=audit_log,
+    )
+
+
+def _apiserver_argv(
+    bin_dir: Path, dir: Path, etcd_url: str, port: int, server: str, audit_log: Path | None
+) -> list[str]:
+    """kube-apiserver flags; kept in one place because they drift between Kubernetes minors."""
+    audit_flags = (
+        []
+        if audit_log is None
+        else [
+            f"--audit-policy-file={dir / AUDIT_POLICY}",
+            f"--audit-log-path={audit_log}",
+            "--audit-log-format=json",
+            # The event is written before the response is sent: tests can read it right away.
+            "--audit-log-mode=blocking",
+        ]
+    )
+    return [
+        str(bin_dir / "kube-apiserver"),
+        f"--etcd-servers={etcd_url}",
+        f"--bind-address={LOOPBACK}",
+        f"--advertise-address={LOOPBACK}",
+        f"--secure-port={port}",
+        f"--cert-dir={dir / 'pki'}",
+        f"--token-auth-file={dir / 'tokens.csv'}",
+        "--authorization-mode=RBAC",
+        f"--service-account-issuer={server}",
+        f"--service-account-key-file={dir / 'sa.key'}",
+        f"--service-account-signing-key-file={dir / 'sa.key'}",
+        "--service-cluster-ip-range=10.0.0.0/24",
+        # No controller-manager: nobody creates the `default` ServiceAccount or lifts the
+        # not-ready taint, so these two admission plugins would block every pod/node.
+        "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+        # Keeps the apiserver from publishing a host IP in the `kubernetes` Endpoints.
+        "--endpoint-reconciler-type=none",
+        "--allow-privileged=true",
+        "--profiling=false",
+        *audit_flags,
+    ]
+
+
+def _kwok_argv(bin_dir: Path, kubeconfig: Path) -> list[str]:
+    key, value = FAKE_NODE_ANNOTATION
+    return [
+        str(bin_dir / "kwok"),
+        f"--kubeconfig={kubeconfig}",
+        f"--config={bin_dir / 'kwok-stages.yaml'}",
+        "--manage-all-nodes=false",
+        f"--manage-nodes-with-annotation-selector={key}={value}",
+        "--node-lease-duration-seconds=40",
+        "--cidr=10.0.0.0/16",
+    ]
+
+
+def _http_ok(url: str, token: str | None = None) -> bool | None:
+    """True when ``url`` answers 200 (TLS unverified: used before the serving cert is trusted)."""
+    req = urllib.request.Request(url)
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
+            return True if resp.status == 200 else None
+    except (urllib.error.URLError, OSError):
+        return None
