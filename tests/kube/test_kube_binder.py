@@ -7,7 +7,6 @@ other tests (there is no garbage collector in the dev cluster) are never touched
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -228,28 +227,6 @@ def test_lost_status_after_binding_is_recovered_without_a_second_binding(
     assert successor.succeeded == [f"{namespace}/crash"]
     assert request(custom, namespace, "crash")["status"]["phase"] == "Succeeded"
     assert node_of(core, namespace, "crash") == NODE_B
-
-
-def test_run_loop_binds_requests_as_they_arrive_and_stops(
-    core: client.CoreV1Api, namespace: str, binder: Binder
-) -> None:
-    stop = threading.Event()
-    loop = threading.Thread(target=binder.run, args=(stop,), kwargs={"watch_seconds": 2}, daemon=True)
-    loop.start()
-    try:
-        for index in range(3):
-            core.create_namespaced_pod(namespace, make_pod(f"w-{index}"))
-        plan = Plan(
-            binds=[Bind(f"{namespace}/pg", f"w-{i}", (NODE_A, NODE_B)[i % 2], (), 0.0) for i in range(3)]
-        )
-        assert apply_plan(core.api_client, plan).ok
-        for index in range(3):
-            node = (NODE_A, NODE_B)[index % 2]
-            wait_for(f"w-{index} Running", functools.partial(running_on, core, namespace, f"w-{index}", node))
-    finally:
-        stop.set()
-        loop.join(timeout=TIMEOUT)
-    assert not loop.is_alive()
 
 
 def test_gpu_group_labels_follow_kai() -> None:

@@ -99,7 +99,7 @@ def test_a_leader_paused_past_its_lease_writes_nothing_after_it_resumes(
     in_flight = writes_by(kube_cluster, leader.identity, resumed)
     assert len(in_flight) <= IN_FLIGHT, in_flight
     assert writes_by(kube_cluster, leader.identity, resumed + dt.timedelta(seconds=1)) == []
-    assert any("lost leadership" in m for m in leader.messages()), leader.tail()
+    assert any(m.startswith("exiting: leadership was lost") for m in leader.messages()), leader.tail()
     nodes, requests = history.snapshot()
     assert len(nodes) == 16
     for name, seen in nodes.items():

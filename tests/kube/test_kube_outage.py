@@ -116,7 +116,7 @@ def test_an_outage_past_the_renew_deadline_ends_leadership_in_one_line(
     assert serve.proc.wait(timeout=30) == 1, serve.tail()
     after = serve.entries()[seen:]
     errors = [e["message"] for e in after if e.get("level") == "ERROR"]
-    assert any(m.startswith("lost leadership") for m in errors), errors
+    assert any(m.startswith("exiting: leadership was lost") for m in errors), errors
     assert len(after) <= OUTAGE_LOG_LINES, "\n".join(map(str, after))
     assert not any("raw" in entry for entry in after)
 
