@@ -20,6 +20,8 @@ from kubernetes import client
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kai_ray.cluster.kube.bind_request_cleanup import delete_stale_bind_requests
+from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.server.metrics import SchedulerMetrics
 from kai_ray.server.scheduler import KubeScheduler
 
@@ -164,3 +166,28 @@ def test_a_refused_binding_is_retried_and_bound_once_allowed(kube_api: Any, zone
         assert condition is not None and condition.status == "True"
     finally:
         scheduler.stop()
+
+
+def test_nothing_is_deleted_before_the_nodes_are_known(kube_api: Any, namespace: str) -> None:
+    """A cache that has not listed Nodes would make every BindRequest look like one for a lost node."""
+    client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
+        "scheduling.run.ai",
+        "v1alpha2",
+        namespace,
+        "bindrequests",
+        {
+            "apiVersion": "scheduling.run.ai/v1alpha2",
+            "kind": "BindRequest",
+            "metadata": {"name": "p"},
+            "spec": {"podName": "p", "selectedNode": "no-such-node"},
+        },
+    )
+    blind = ClusterCache(kube_api, namespace=namespace, kinds=["BindRequest"])
+    with blind:
+        assert blind.wait_synced(30)
+        assert delete_stale_bind_requests(kube_api, blind).deleted == []
+    seeing = ClusterCache(kube_api, namespace=namespace, kinds=["BindRequest", "Node"])
+    with seeing:
+        assert seeing.wait_synced(30)
+        deleted = delete_stale_bind_requests(kube_api, seeing).deleted
+    assert [key for key, _ in deleted] == [f"{namespace}/p"]

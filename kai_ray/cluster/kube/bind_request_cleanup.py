@@ -56,10 +56,16 @@ def stale_bind_requests(
 
 
 def delete_stale_bind_requests(api: Any, cache: ClusterCache, *, concurrency: int = 16) -> CleanupResult:
-    """Delete what `stale_bind_requests` finds in the cache; never raises for API errors."""
+    """Delete what `stale_bind_requests` finds in the cache; never raises for API errors.
+
+    Nothing is deleted until the cache has listed both Nodes and BindRequests: a node list
+    that failed would otherwise make every request look like one for a vanished node.
+    """
+    result = CleanupResult()
+    if not (cache.synced("Node") and cache.synced("BindRequest")):
+        return result
     contents = cache.contents(["BindRequest", "Node"])
     nodes = [str((n.get("metadata") or {}).get("name")) for n in contents.objects["Node"]]
-    result = CleanupResult()
     custom = client.CustomObjectsApi(api)
     calls = [
         functools.partial(_delete, custom, cache, request, why, result)
