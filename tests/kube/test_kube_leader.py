@@ -8,9 +8,11 @@ the fenced client sends no write at all.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -103,13 +105,23 @@ def test_a_changed_record_restarts_the_observed_clock(kube_api: Any, namespace: 
     assert not standby.try_acquire_or_renew()
 
 
-def test_the_leader_renews_on_its_own_thread_and_the_fence_follows(kube_api: Any, namespace: str) -> None:
-    a = elector(kube_api, namespace, "a", timing=FAST)
+@contextlib.contextmanager
+def leading(candidate: LeaderElector) -> Iterator[threading.Thread]:
+    """The elector's thread, running (and leading) inside the block, stopped after it."""
     stop = threading.Event()
-    thread = threading.Thread(target=a.run, args=(stop,), daemon=True)
+    thread = threading.Thread(target=candidate.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        assert a.wait_acquired(10)
+        assert candidate.wait_acquired(10)
+        yield thread
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def test_the_leader_renews_on_its_own_thread_and_the_fence_follows(kube_api: Any, namespace: str) -> None:
+    a = elector(kube_api, namespace, "a", timing=FAST)
+    with leading(a) as thread:
         first = client.CoordinationV1Api(kube_api).read_namespaced_lease("kai-ray-test", namespace)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # several renewals pass while nothing else happens
@@ -119,19 +131,12 @@ def test_the_leader_renews_on_its_own_thread_and_the_fence_follows(kube_api: Any
             time.sleep(0.1)
         else:
             pytest.fail("the lease was not renewed by the elector's thread")
-    finally:
-        stop.set()
-        thread.join(5)
     assert not thread.is_alive()
 
 
 def test_a_leader_that_cannot_renew_loses_and_is_fenced(kube_api: Any, namespace: str) -> None:
     a = elector(kube_api, namespace, "a", timing=FAST)
-    stop = threading.Event()
-    thread = threading.Thread(target=a.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        assert a.wait_acquired(10)
+    with leading(a) as thread:
         fenced = FencedApiClient(kube_api.configuration, a.leadership)
         core = client.CoreV1Api(fenced)
         core.create_namespaced_config_map(
@@ -153,9 +158,7 @@ def test_a_leader_that_cannot_renew_loses_and_is_fenced(kube_api: Any, namespace
             "ok"
         ]  # reads go on
         thread.join(5)
-        assert not thread.is_alive()
-    finally:
-        stop.set()
+        assert not thread.is_alive()  # it stopped by itself: leadership is lost for good
 
 
 def test_the_fence_is_a_deadline_not_a_flag() -> None:
