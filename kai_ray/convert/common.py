@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from kai_ray.api import ApiObject, Manifest, ManifestProblem, ManifestSet, format_path, parse_duration
-from kai_ray.api.quantity import DurationError
 
 ObjectT = TypeVar("ObjectT", bound=ApiObject)
 ResultT = TypeVar("ResultT")
@@ -78,16 +77,6 @@ def latest_time(loaded: ManifestSet) -> float:
 def seconds(duration: str | None) -> float | None:
     """A CRD duration field (already validated by the model) in seconds."""
     return None if duration is None else parse_duration(duration)
-
-
-def annotation_seconds(annotations: dict[str, str], key: str) -> float | None:
-    value = annotations.get(key)
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except DurationError as error:
-        raise Invalid(annotation_field(key), str(error)) from None
 
 
 def annotation_time(annotations: dict[str, str], key: str) -> float | None:
