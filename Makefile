@@ -38,12 +38,14 @@ devcluster-down: $(STAMP)
 	$(BIN)/kai-ray devcluster down --dir .devcluster
 
 lint: $(STAMP)
-	$(BIN)/ruff check kai_ray tests
-	$(BIN)/mypy kai_ray
+	$(BIN)/ruff check kai_ray tests operators
+	$(BIN)/mypy kai_ray operators/kai_ray_operators
 
 conformance: $(STAMP)
 	$(PYTHON) ../shared/conformance/check.py ../shared/conformance/scenarios \
 	    --cmd '$(BIN)/kai-ray simulate {scenario} --output json' --jobs 2
+	$(PYTHON) ../shared/conformance/grouping/check.py ../shared/conformance/grouping/cases \
+	    --cmd '$(BIN)/kai-ray group {case} --output json' --jobs 2
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

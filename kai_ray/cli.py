@@ -292,3 +292,28 @@ def serve(
         lease_timing=timing,
     )
     raise typer.Exit(code=serve_forever(options, _executor(executor, shards, ray_address)))
+
+
+@app.command()
+def group(
+    case: Annotated[
+        Path, typer.Argument(help="A grouping conformance case (conformance/grouping/FORMAT.md).")
+    ],
+    output: Annotated[OutputFormat, typer.Option("--output", help="table or json")] = OutputFormat.TABLE,
+) -> None:
+    """Group the case's pod as KAI's podgrouper would and print its PodGroup metadata."""
+    from kai_ray_operators import GroupingError
+    from kai_ray_operators.conformance import CaseError, load_case, run_case
+    from kai_ray_operators.table import print_grouping
+
+    try:
+        result = run_case(load_case(case))
+    except CaseError as exc:
+        _fail([str(exc)])
+    except GroupingError as exc:
+        typer.echo(f"cannot group: {exc}", err=True)
+        raise typer.Exit(code=1) from None
+    if output == OutputFormat.JSON:
+        typer.echo(json.dumps(result, indent=2, sort_keys=True))
+        return
+    print_grouping(result, Console(width=160))
