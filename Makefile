@@ -17,10 +17,12 @@ $(STAMP): $(BIN)/python pyproject.toml
 demo: $(STAMP)
 	$(BIN)/kai-ray simulate examples/quickstart
 
-# kube-apiserver + etcd (+ kwok) for the Kubernetes tests, built from their Go modules into
-# ~/.cache/kai-ray/k8s-test-bin once (cold: roughly 10 min on 2 cores; then a no-op).
+# kube-apiserver + etcd (+ kwok), KubeRay's ray-operator and the Kubeflow training-operator for the
+# Kubernetes tests, built from their Go modules into ~/.cache/kai-ray/k8s-test-bin once
+# (cold: roughly 15 min on 2 cores, 4-6 of them for the operators; then a no-op).
 kube-bins:
 	bash tools/k8s/build-bins.sh
+	bash tools/k8s/build-operators.sh
 
 test: $(STAMP) kube-bins
 	$(BIN)/python -m pytest

@@ -4,14 +4,31 @@ Not part of a running scheduler: `kai-ray devcluster up/down`, the Kubernetes te
 `kai-ray bench --kube` use it.  `control_plane` starts and stops it, `seeding` creates what a
 fresh KAI install has, `processes` keeps track of what was started, `binaries` finds (or
 builds) the executables, `credentials` writes keys and kubeconfigs, `audit` reads the
-API server's record of writes, `fake_kubelet` plays the kubelet when kwok was not built.
+API server's record of writes, `fake_kubelet` plays the kubelet when kwok was not built,
+`operators` runs the upstream KubeRay and Kubeflow training operators against it.
 """
 
 from kai_ray.devcluster.audit import read_audit_events
-from kai_ray.devcluster.binaries import DevClusterError, build_bins, default_crd_dir, repo_root
+from kai_ray.devcluster.binaries import (
+    DevClusterError,
+    build_bins,
+    build_operators,
+    default_crd_dir,
+    repo_root,
+)
 from kai_ray.devcluster.control_plane import DevCluster, PodRunner, start, stop
 from kai_ray.devcluster.credentials import service_account_kubeconfig
 from kai_ray.devcluster.fake_kubelet import run_fake_kubelet
+from kai_ray.devcluster.operators import (
+    KUBERAY,
+    TRAINING_OPERATOR,
+    OperatorProcess,
+    install_upstream_crds,
+    start_kuberay,
+    start_training_operator,
+    stop_operator,
+    upstream_crd_dir,
+)
 from kai_ray.devcluster.seeding import (
     DEFAULT_PRIORITY_CLASSES,
     FAKE_NODE_ANNOTATION,
@@ -23,18 +40,27 @@ from kai_ray.devcluster.seeding import (
 __all__ = [
     "DEFAULT_PRIORITY_CLASSES",
     "FAKE_NODE_ANNOTATION",
+    "KUBERAY",
+    "TRAINING_OPERATOR",
     "DevCluster",
     "DevClusterError",
+    "OperatorProcess",
     "PodRunner",
     "build_bins",
+    "build_operators",
     "create_default_objects",
     "create_gpu_node",
     "default_crd_dir",
     "install_crds",
+    "install_upstream_crds",
     "read_audit_events",
     "repo_root",
     "run_fake_kubelet",
     "service_account_kubeconfig",
     "start",
+    "start_kuberay",
+    "start_training_operator",
     "stop",
+    "stop_operator",
+    "upstream_crd_dir",
 ]

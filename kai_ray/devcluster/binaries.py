@@ -6,7 +6,21 @@ import os
 import subprocess
 from pathlib import Path
 
-__all__ = ["DevClusterError", "build_bins", "default_crd_dir", "repo_root", "require_binaries"]
+__all__ = [
+    "CONTROL_PLANE_BINARIES",
+    "OPERATOR_BINARIES",
+    "DevClusterError",
+    "build_bins",
+    "build_operators",
+    "default_crd_dir",
+    "repo_root",
+    "require_binaries",
+]
+
+#: What ``tools/k8s/build-bins.sh`` must have produced for ``start`` (kwok is optional).
+CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver")
+#: What ``tools/k8s/build-operators.sh`` produces: KubeRay's and Kubeflow's operators.
+OPERATOR_BINARIES = ("ray-operator", "training-operator")
 
 
 class DevClusterError(RuntimeError):
@@ -39,18 +53,36 @@ def build_bins(root: Path | None = None, timeout: float = 3600.0) -> Path:
     """Build (first time only) or locate kube-apiserver/etcd/kwok and return their directory.
 
     ``KAI_RAY_K8S_BIN_DIR`` short-circuits the build for machines that already have binaries.
-    The build script prints the bin dir as its last stdout line; its progress goes to stderr,
-    which is passed through so a 10+ minute cold build is visibly alive.
     """
-    env_dir = os.environ.get("KAI_RAY_K8S_BIN_DIR")
+    return _built_dir("build-bins.sh", "KAI_RAY_K8S_BIN_DIR", CONTROL_PLANE_BINARIES, root, timeout)
+
+
+def build_operators(root: Path | None = None, timeout: float = 3600.0) -> Path:
+    """Build (first time only) or locate ray-operator/training-operator and return their directory.
+
+    Separate from ``build_bins`` so a dev cluster that runs no operator never pays their cold
+    build (minutes); ``KAI_RAY_OPERATOR_BIN_DIR`` short-circuits it like ``KAI_RAY_K8S_BIN_DIR``.
+    """
+    return _built_dir("build-operators.sh", "KAI_RAY_OPERATOR_BIN_DIR", OPERATOR_BINARIES, root, timeout)
+
+
+def _built_dir(
+    script_name: str, env_var: str, names: tuple[str, ...], root: Path | None, timeout: float
+) -> Path:
+    """Run ``tools/k8s/SCRIPT_NAME`` (a no-op once built) and return the bin dir it prints.
+
+    The build scripts print the bin dir as their last stdout line; their progress goes to
+    stderr, which is passed through so a cold build of several minutes is visibly alive.
+    """
+    env_dir = os.environ.get(env_var)
     if env_dir:
         path = Path(env_dir)
-        require_binaries(path)
+        require_binaries(path, names)
         return path
     root = repo_root() if root is None else root
-    script = root / "tools" / "k8s" / "build-bins.sh"
+    script = root / "tools" / "k8s" / script_name
     if not script.is_file():
-        raise DevClusterError(f"{script} not found; set KAI_RAY_K8S_BIN_DIR to a directory with the binaries")
+        raise DevClusterError(f"{script} not found; set {env_var} to a directory with the binaries")
     proc = subprocess.run(
         ["bash", str(script)], stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout, check=False
     )
@@ -58,11 +90,11 @@ def build_bins(root: Path | None = None, timeout: float = 3600.0) -> Path:
     if proc.returncode != 0 or not lines:
         raise DevClusterError(f"{script} failed with exit code {proc.returncode}")
     path = Path(lines[-1].strip())
-    require_binaries(path)
+    require_binaries(path, names)
     return path
 
 
-def require_binaries(bin_dir: Path) -> None:
-    for name in ("etcd", "kube-apiserver"):
+def require_binaries(bin_dir: Path, names: tuple[str, ...] = CONTROL_PLANE_BINARIES) -> None:
+    for name in names:
         if not os.access(bin_dir / name, os.X_OK):
             raise DevClusterError(f"{bin_dir / name} is missing or not executable")

@@ -83,7 +83,9 @@ from kai_ray.devcluster.seeding import (
 )
 
 # Processes in the order they are stopped (reverse start order): the pod runner first so it
-# does not spin on a dying apiserver, etcd last so the apiserver can shut down cleanly.
+# does not spin on a dying apiserver, etcd last so the apiserver can shut down cleanly.  Any
+# other recorded process (the operators of `operators`) is a client started later and goes
+# before all of these: while its watches are open the apiserver waits out the whole grace.
 _STOP_ORDER = ("pod-runner", "kube-apiserver", "etcd")
 
 # What stop() deletes besides etcd's data: everything holding a credential (the admin token,
@@ -159,7 +161,7 @@ def stop(dir: Path, grace: float = 10.0) -> None:
         return
     procs: dict[str, Any] = state.get("processes", {})
     errors: list[str] = []
-    names = [n for n in _STOP_ORDER if n in procs] + [n for n in procs if n not in _STOP_ORDER]
+    names = [n for n in procs if n not in _STOP_ORDER] + [n for n in _STOP_ORDER if n in procs]
     for name in names:
         info = procs[name]
         try:

@@ -24,6 +24,9 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PROG=build-bins
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 K8S_VERSION=${K8S_VERSION:-1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-3.6.14}
 KWOK_VERSION=${KWOK_VERSION:-0.8.0}
@@ -32,9 +35,6 @@ BIN=$CACHE/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION
 WORK=$CACHE/work
 # Official kube-apiserver/etcd release builds are static too; no C toolchain needed.
 export CGO_ENABLED=0
-
-log() { echo "build-bins: $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
 
 command -v go >/dev/null || die "the Go toolchain is required (https://go.dev/dl/)"
 
@@ -60,20 +60,7 @@ regen_apiserver_mod() {  # DIR
 
 # etcd's module root package is the etcd main; its go.mod has replaces (../api, ...) too.
 regen_etcd_mod() {  # DIR
-  local d=$1
-  mkdir -p "$d"; rm -f "$d/go.mod" "$d/go.sum"
-  (
-    cd "$d"
-    go mod init kai-ray/tools/k8s/etcd >/dev/null 2>&1
-    go get -tool go.etcd.io/etcd/server/v3@v"$ETCD_VERSION"
-    # etcd's own go line (go mod init wrote the local toolchain's), so older Go toolchains can build it.
-    go mod edit -go="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$(go env GOMODCACHE)/go.etcd.io/etcd/server/v3@v$ETCD_VERSION/go.mod")"
-    go mod tidy
-  )
-}
-
-pinned() {  # MODDIR MODULE VERSION -> true when the committed wrapper pins MODULE at VERSION
-  [ -f "$1/go.mod" ] && [ -f "$1/go.sum" ] && grep -Eq "^[[:space:]]*$2 v$3( |$)" "$1/go.mod"
+  regen_tool_mod "$1" kai-ray/tools/k8s/etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3
 }
 
 if [ "${1:-}" = "--update-modules" ]; then
@@ -85,22 +72,7 @@ if [ "${1:-}" = "--update-modules" ]; then
 fi
 
 mkdir -p "$BIN" "$WORK"
-# Serialise concurrent builds (two test runs starting at once would build twice and race).
-exec 9>"$CACHE/.lock"
-flock 9
-
-timed() {  # NAME CMD... : run CMD, log wall time and peak RSS of the biggest process
-  local name=$1 t0 t1 rc=0; shift
-  t0=$(date +%s)
-  if [ -x /usr/bin/time ]; then
-    /usr/bin/time -f "build-bins: $name peak RSS %M KiB" "$@" || rc=$?
-  else
-    "$@" || rc=$?
-  fi
-  t1=$(date +%s)
-  log "$name took $((t1 - t0))s (exit $rc)"
-  return $rc
-}
+lock_cache "$CACHE"
 
 if [ ! -x "$BIN/kube-apiserver" ]; then
   d=$HERE/apiserver

@@ -1,0 +1,355 @@
+"""Upstream workload operators on the dev cluster: KubeRay's ray-operator and Kubeflow's training-operator.
+
+Why: how KAI groups Ray and PyTorch workloads (``../shared/spec/integrations.md`` §2, §3)
+depends on what these operators really do to the pods they create: KubeRay's kai-scheduler
+batch plugin (``--batch-scheduler=kai-scheduler``, v1.5.0+) sets ``schedulerName`` and copies
+the ``kai.scheduler/queue`` label, the training-operator puts its ``training.kubeflow.org/*``
+labels on every replica.  So the Kubernetes tests run the real binaries, built from their Go
+modules by ``tools/k8s/build-operators.sh``, instead of imitating them.
+
+Each operator is a process of the dev cluster: recorded in ``DIR/state.json`` like etcd and
+the apiserver, so ``stop(DIR)`` (or ``kai-ray devcluster down``) ends it too and
+``stop_operator`` ends it earlier.  Both use the admin kubeconfig, serve metrics and health on
+free loopback ports and run without leader election (a single replica needs none, and no
+Lease traffic then mixes into the audit log other tests read).  ``start_kuberay`` and
+``start_training_operator`` install the operator's upstream CRDs first (idempotent), because an
+operator started without them only fails minutes later, when its cache sync times out.
+
+State.json is read, changed and written back without locking: start and stop operators from
+one thread, not while another process changes the same cluster.
+
+KubeRay's RayJob and RayService controllers call the Ray dashboard of a head pod once it runs
+and is ready, by its Service's cluster DNS name, which nothing resolves here.  Keep
+``--use-kubernetes-proxy`` off: the apiserver would be asked to proxy those calls to the fake
+pods' kwok IPs (10.0.0.0/16).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from kai_ray.devcluster.binaries import DevClusterError, build_operators, repo_root, require_binaries
+from kai_ray.devcluster.control_plane import DevCluster, _http_ok
+from kai_ray.devcluster.processes import (
+    LOOPBACK,
+    Launcher,
+    free_ports,
+    read_state,
+    terminate,
+    wait_until,
+    write_private,
+    write_state,
+)
+from kai_ray.devcluster.seeding import create_ignoring_conflict, install_crds
+
+__all__ = [
+    "KUBERAY",
+    "TRAINING_OPERATOR",
+    "TRAINING_OPERATOR_NAMESPACE",
+    "OperatorProcess",
+    "install_upstream_crds",
+    "start_kuberay",
+    "start_training_operator",
+    "stop_operator",
+    "upstream_crd_dir",
+]
+
+UpstreamProject = Literal["kuberay", "kubeflow"]
+
+#: Process names in state.json (and log file stems); also the binaries' names.
+KUBERAY = "ray-operator"
+TRAINING_OPERATOR = "training-operator"
+
+#: Where the training-operator keeps its webhook Secret: upstream's install namespace, and the
+#: default of its ``MY_POD_NAMESPACE``.
+TRAINING_OPERATOR_NAMESPACE = "kubeflow"
+#: The Secret upstream's kustomization creates empty; the operator's cert rotator fills it.
+_WEBHOOK_SECRET = "training-operator-webhook-cert"
+#: Hard-coded in training-operator v1.8.1 (pkg/cert): where a pod mounts that Secret.  The
+#: operator waits for the certificate to appear there before it registers its controllers.
+_WEBHOOK_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
+#: Key first: the operator goes on as soon as the certificate file exists, and the key it then
+#: loads must already be the matching one.
+_WEBHOOK_CERT_FILES = ("tls.key", "tls.crt")
+
+_PORT_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class OperatorProcess:
+    """A running operator of a dev cluster (what ``start_kuberay``/``start_training_operator`` return)."""
+
+    name: str
+    cluster_dir: Path
+    pid: int
+    log: Path
+    metrics_url: str
+    readyz_url: str
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop this operator (same as ``stop_operator(self.cluster_dir, self.name)``)."""
+        stop_operator(self.cluster_dir, self.name, grace)
+
+
+def upstream_crd_dir(project: UpstreamProject, root: Path | None = None) -> Path:
+    """``../shared/crds/PROJECT`` next to the checkout: the unmodified upstream CRDs.
+
+    Used by path, never copied into the repository (``shared/crds/README.md``): kai-ray's own
+    CRDs are generated from its models, these belong to the operators.
+    """
+    root = repo_root() if root is None else root
+    path = (root.parent / "shared" / "crds" / project).resolve()
+    if not path.is_dir():
+        raise DevClusterError(f"upstream CRDs for {project} not found in {path}")
+    return path
+
+
+def install_upstream_crds(api: Any, project: UpstreamProject, timeout: float = 120.0) -> list[str]:
+    """Create ``project``'s upstream CRDs (already existing ones are kept) and wait until Established.
+
+    ``kuberay``: RayCluster, RayJob, RayService.  ``kubeflow``: PyTorchJob (kubeflow.org/v1),
+    MPIJob (mpi-operator's kubeflow.org/v2beta1) and TrainJob.  Returns the CRD names.
+    """
+    return install_crds(api, upstream_crd_dir(project), timeout=timeout)
+
+
+def start_kuberay(
+    cluster: DevCluster,
+    *,
+    bin_dir: Path | None = None,
+    batch_scheduler: str | None = "kai-scheduler",
+    die_with_parent: bool = False,
+    timeout: float = 120.0,
+) -> OperatorProcess:
+    """Install KubeRay's CRDs and start its ray-operator against ``cluster``; return once it is ready.
+
+    ``batch_scheduler`` is KubeRay's ``--batch-scheduler`` (``None`` for none): with
+    ``kai-scheduler`` every head and worker pod gets ``schedulerName: kai-scheduler`` and the
+    RayCluster's ``kai.scheduler/queue`` label.  An operator of this name already running on
+    ``cluster`` is stopped first.  Ready means its ``/readyz`` answers; if it exits before,
+    ``DevClusterError`` carries its log tail.
+    """
+    bin_dir = _operator_bin_dir(bin_dir, KUBERAY)
+    with contextlib.closing(cluster.api_client()) as api:
+        install_upstream_crds(api, "kuberay", timeout)
+
+    def argv(metrics: str, probe: str, _: int) -> list[str]:
+        return [
+            str(bin_dir / KUBERAY),
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--metrics-addr={metrics}",
+            f"--health-probe-bind-address={probe}",
+            "--enable-leader-election=false",
+            "--log-stdout-encoder=console",  # read by people in log tails, not by a log pipeline
+            *([f"--batch-scheduler={batch_scheduler}"] if batch_scheduler else []),
+        ]
+
+    return _start(cluster, KUBERAY, argv, None, None, die_with_parent, timeout)
+
+
+def start_training_operator(
+    cluster: DevCluster,
+    *,
+    bin_dir: Path | None = None,
+    schemes: Sequence[str] = ("pytorchjob",),
+    die_with_parent: bool = False,
+    timeout: float = 120.0,
+) -> OperatorProcess:
+    """Install Kubeflow's CRDs and start the training-operator against ``cluster``; return once ready.
+
+    ``schemes`` are its ``--enable-scheme`` values.  Only PyTorchJob by default: its other
+    kinds (TFJob, MPIJob v1, ...) have no CRD here and a controller without its CRD makes the
+    operator exit.  No gang scheduler is set, so it creates no PodGroups (KAI's podgrouper
+    makes them); pods get the ``schedulerName`` of their replica templates.
+
+    Out of a pod, the operator's webhook set-up needs what its Deployment provides: the
+    ``kubeflow`` namespace with an empty ``training-operator-webhook-cert`` Secret (its cert
+    rotator fills it) and that Secret's certificate as files in a fixed directory under /tmp
+    (the kubelet's Secret volume, played here by copying).  No ValidatingWebhookConfiguration
+    is created, so the apiserver never calls the webhook; its server still listens, on all
+    interfaces (v1.8.1 has no flag for its host), on a free port.
+    """
+    from kubernetes import client
+
+    bin_dir = _operator_bin_dir(bin_dir, TRAINING_OPERATOR)
+    with contextlib.closing(cluster.api_client()) as api:
+        install_upstream_crds(api, "kubeflow", timeout)
+        core = client.CoreV1Api(api)
+        create_ignoring_conflict(
+            lambda: core.create_namespace(
+                client.V1Namespace(metadata=client.V1ObjectMeta(name=TRAINING_OPERATOR_NAMESPACE))
+            )
+        )
+        secret = client.V1Secret(metadata=client.V1ObjectMeta(name=_WEBHOOK_SECRET))
+        create_ignoring_conflict(lambda: core.create_namespaced_secret(TRAINING_OPERATOR_NAMESPACE, secret))
+
+    def argv(metrics: str, probe: str, webhook_port: int) -> list[str]:
+        return [
+            str(bin_dir / TRAINING_OPERATOR),
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--metrics-bind-address={metrics}",
+            f"--health-probe-bind-address={probe}",
+            f"--webhook-server-port={webhook_port}",
+            "--leader-elect=false",
+            *(f"--enable-scheme={scheme}" for scheme in schemes),
+        ]
+
+    env = {
+        **os.environ,
+        "MY_POD_NAMESPACE": TRAINING_OPERATOR_NAMESPACE,
+        # The webhook server reads its certificate from $TMPDIR/k8s-webhook-server/serving-certs,
+        # the cert rotator waits for it under the hard-coded /tmp path: make them one directory.
+        "TMPDIR": str(_WEBHOOK_CERT_DIR.parents[1]),
+    }
+    _clear_webhook_cert()
+    return _start(cluster, TRAINING_OPERATOR, argv, env, _mirror_webhook_cert, die_with_parent, timeout)
+
+
+def stop_operator(cluster_dir: Path, name: str, grace: float = 10.0) -> None:
+    """Stop the operator ``name`` (``KUBERAY`` or ``TRAINING_OPERATOR``) of a dev cluster and forget it.
+
+    A no-op when it is not recorded (never started, or already stopped).  The dev cluster's own
+    ``stop`` ends operators too; this is for tests that need an operator only for a while.
+    """
+    if name not in (KUBERAY, TRAINING_OPERATOR):
+        raise ValueError(f"{name!r} is not an operator process")
+    cluster_dir = Path(cluster_dir)
+    state = read_state(cluster_dir)
+    info = None if state is None else state.get("processes", {}).get(name)
+    if state is None or info is None:
+        return
+    terminate(int(info["pid"]), info.get("start_time"), grace)
+    # Forgotten only once ended, so a failed stop leaves it for the cluster's stop() to retry.
+    del state["processes"][name]
+    write_state(cluster_dir, state)
+
+
+def _operator_bin_dir(bin_dir: Path | None, binary: str) -> Path:
+    """``bin_dir``, or the operators' cache dir, built on first use like the control plane's binaries."""
+    bin_dir = build_operators() if bin_dir is None else Path(bin_dir)
+    require_binaries(bin_dir, (binary,))
+    return bin_dir
+
+
+def _start(
+    cluster: DevCluster,
+    name: str,
+    argv: Callable[[str, str, int], list[str]],
+    env: Mapping[str, str] | None,
+    while_waiting: Callable[[Any], None] | None,
+    die_with_parent: bool,
+    timeout: float,
+) -> OperatorProcess:
+    """Start process ``name`` of ``cluster`` (replacing one already running) and wait until it is ready.
+
+    Free ports can be taken before the operator binds them, so an "address already in use"
+    exit is retried on new ones, as the control plane's start does.  On any failure the
+    operator is stopped before the exception propagates.
+    """
+    stop_operator(cluster.dir, name)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return _launch_and_wait(cluster, name, argv, env, while_waiting, die_with_parent, timeout)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                stop_operator(cluster.dir, name)
+            port_taken = isinstance(exc, DevClusterError) and "address already in use" in str(exc)
+            if not port_taken or attempt == _PORT_ATTEMPTS:
+                raise
+
+
+def _launch_and_wait(
+    cluster: DevCluster,
+    name: str,
+    argv: Callable[[str, str, int], list[str]],
+    env: Mapping[str, str] | None,
+    while_waiting: Callable[[Any], None] | None,
+    die_with_parent: bool,
+    timeout: float,
+) -> OperatorProcess:
+    """Launch ``argv(metrics_addr, probe_addr, spare_port)`` on free ports and wait for its /readyz.
+
+    ``while_waiting(api)`` runs between readiness probes, for what the operator needs done
+    while it starts; its errors end the wait at once, as the operator exiting does.
+    """
+    state = read_state(cluster.dir)
+    if state is None:
+        raise DevClusterError(f"no dev cluster is recorded in {cluster.dir}")
+    launcher = Launcher(cluster.dir, state, die_with_parent)
+    metrics_port, probe_port, spare_port = free_ports(3)
+    readyz_url = f"http://{LOOPBACK}:{probe_port}/readyz"
+    pid = launcher.launch(
+        name, argv(f"{LOOPBACK}:{metrics_port}", f"{LOOPBACK}:{probe_port}", spare_port), env
+    )
+    with contextlib.closing(cluster.api_client()) as api:
+
+        def check() -> None:
+            launcher.check_alive(name)
+            if while_waiting is not None:
+                while_waiting(api)
+
+        wait_until(f"{name} {readyz_url}", lambda: _http_ok(readyz_url), timeout, check)
+    return OperatorProcess(
+        name=name,
+        cluster_dir=cluster.dir,
+        pid=pid,
+        log=cluster.dir / f"{name}.log",
+        metrics_url=f"http://{LOOPBACK}:{metrics_port}/metrics",
+        readyz_url=readyz_url,
+    )
+
+
+def _clear_webhook_cert() -> None:
+    """Remove a certificate an earlier training-operator (maybe another cluster's) left behind.
+
+    The operator would go on with it at once, and its webhook server would then load the stale
+    pair while ``_mirror_webhook_cert`` replaces it: a key that does not match its certificate.
+    """
+    with _webhook_cert_dir():
+        for name in _WEBHOOK_CERT_FILES:
+            (_WEBHOOK_CERT_DIR / name).unlink(missing_ok=True)
+
+
+def _mirror_webhook_cert(api: Any) -> None:
+    """Copy the webhook Secret's certificate into the directory a pod would mount it at.
+
+    A no-op until the operator's cert rotator has filled the Secret, and for files that already
+    hold the same bytes (rewriting them would make the webhook server reload for nothing).
+    Each file is written through a temporary file and a rename, so it is never seen half written.
+    """
+    from kubernetes import client
+
+    secret = client.CoreV1Api(api).read_namespaced_secret(_WEBHOOK_SECRET, TRAINING_OPERATOR_NAMESPACE)
+    data = secret.data or {}
+    if not all(data.get(name) for name in _WEBHOOK_CERT_FILES):
+        return
+    with _webhook_cert_dir():
+        _WEBHOOK_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for name in _WEBHOOK_CERT_FILES:
+            content = base64.b64decode(data[name])
+            path = _WEBHOOK_CERT_DIR / name
+            if path.is_file() and path.read_bytes() == content:
+                continue
+            tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+            write_private(tmp, content)
+            os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _webhook_cert_dir() -> Iterator[None]:
+    """Turn a failure to use the fixed certificate directory into a ``DevClusterError`` that says why."""
+    try:
+        yield
+    except OSError as exc:
+        raise DevClusterError(
+            f"cannot use {_WEBHOOK_CERT_DIR} for the training-operator's webhook certificate "
+            f"(v1.8.1 reads it only from there): {exc}"
+        ) from exc
