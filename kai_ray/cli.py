@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.api.constants import NODE_POOL_LABEL, QUEUE_LABEL
 from kai_ray.api.scheduler_conf import SchedulerConfigError, load_scheduler_config
 from kai_ray.bench.emit import write_scenario
 from kai_ray.bench.runner import run_shape
 from kai_ray.bench.shapes import build_shape
 from kai_ray.cluster.sim.scenario import ScenarioError, is_scenario_file, load_scenario
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
-from kai_ray.convert import cluster_from_manifests
 from kai_ray.distributed.executor import Executor
 from kai_ray.report.scenario_json import render_json
 from kai_ray.report.table import render_table
+
+if TYPE_CHECKING:
+    from kai_ray.cluster.kube.grouping import PodGrouper
 
 app = typer.Typer(help="kai-ray: a Ray-native, KAI-compatible GPU scheduler.", no_args_is_help=True)
 
@@ -45,6 +49,21 @@ RayAddressOption = Annotated[
 ]
 
 
+QueueLabelOption = Annotated[
+    str, typer.Option("--queue-label-key", help="Pod/workload label naming its queue (KAI's default).")
+]
+NodePoolLabelOption = Annotated[
+    str, typer.Option("--nodepool-label-key", help="Label a PodGroup inherits to pick a node pool.")
+]
+DefaultsConfigMapOption = Annotated[
+    str | None,
+    typer.Option(
+        "--default-priorities-configmap",
+        help="NAMESPACE/NAME of the ConfigMap of default priorities per workload type.",
+    ),
+]
+
+
 @app.callback()
 def main() -> None:
     """Schedule GPU workloads the way KAI Scheduler does."""
@@ -57,6 +76,25 @@ def _executor(name: ExecutorName, shards: int, address: str | None) -> Executor 
     from kai_ray.distributed.ray_executor import RayExecutor
 
     return RayExecutor(shards, address)
+
+
+def _grouper_factory(
+    queue_label_key: str, nodepool_label_key: str, defaults_config_map: str | None
+) -> Callable[[Any], PodGrouper]:
+    """The operators' podgrouper, built over the API client `serve` or `podgrouper` connects with."""
+    from kai_ray_operators import ConfigMapRef, GroupingConfig
+    from kai_ray_operators.controller import PodGroupController
+
+    reference = None
+    if defaults_config_map is not None:
+        namespace, _, name = defaults_config_map.partition("/")
+        if not namespace or not name:
+            _fail([f"--default-priorities-configmap {defaults_config_map!r}: expected NAMESPACE/NAME"])
+        reference = ConfigMapRef(name, namespace)
+    config = GroupingConfig(
+        queue_label_key=queue_label_key, node_pool_label_key=nodepool_label_key, defaults_config_map=reference
+    )
+    return lambda api: PodGroupController(api, config)
 
 
 def _fail(problems: list[str]) -> NoReturn:
@@ -76,8 +114,10 @@ def _simulate(
         except ScenarioError as exc:
             _fail([str(exc)])
         return SimulatedCluster(scenario.state, scenario.config, executor).run(cycles or scenario.cycles)
+    from kai_ray_operators.manifests import cluster_from_workload_manifests
+
     config = _scheduler_config(config_file)
-    state, problems = cluster_from_manifests(path)
+    state, problems = cluster_from_workload_manifests(path)
     if problems:
         _fail([str(p) for p in problems])
     return SimulatedCluster(state, config, executor).run(cycles or 1)
@@ -152,7 +192,11 @@ def bench(
 
         try:
             kube_result = kube_bench.run_kube_bench(
-                nodes, pods, timeout=timeout, progress=lambda line: typer.echo(line, err=True)
+                _grouper_factory(QUEUE_LABEL, NODE_POOL_LABEL, None),
+                nodes,
+                pods,
+                timeout=timeout,
+                progress=lambda line: typer.echo(line, err=True),
             )
         except (ValueError, DevClusterError) as exc:
             _fail([str(exc)])
@@ -271,8 +315,22 @@ def serve(
     retry_period: Annotated[
         float, typer.Option("--retry-period", help="Seconds between lease attempts.")
     ] = 2.0,
+    no_podgrouper: Annotated[
+        bool,
+        typer.Option(
+            "--no-podgrouper", help="Do not group pods (another process does: `kai-ray podgrouper`, KAI's)."
+        ),
+    ] = False,
+    queue_label_key: QueueLabelOption = QUEUE_LABEL,
+    nodepool_label_key: NodePoolLabelOption = NODE_POOL_LABEL,
+    default_priorities_configmap: DefaultsConfigMapOption = None,
 ) -> None:
-    """Schedule a Kubernetes cluster as KAI Scheduler does, until SIGTERM."""
+    """Schedule a Kubernetes cluster as KAI Scheduler does, until SIGTERM.
+
+    Pods of this scheduler get their PodGroups from the podgrouper running in the
+    same process (one per workload, as KAI's podgrouper makes them) unless
+    `--no-podgrouper` is given.
+    """
     from kai_ray.cluster.kube.leader import LeaseTiming
     from kai_ray.server.serve import ServeOptions, serve_forever
 
@@ -290,8 +348,44 @@ def serve(
         config_file=config_file,
         bind_backoff_limit=bind_backoff_limit,
         lease_timing=timing,
+        grouper=None
+        if no_podgrouper
+        else _grouper_factory(queue_label_key, nodepool_label_key, default_priorities_configmap),
     )
     raise typer.Exit(code=serve_forever(options, _executor(executor, shards, ray_address)))
+
+
+@app.command()
+def podgrouper(
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option("--kubeconfig", help="Cluster to group; without it, the in-cluster service account."),
+    ] = None,
+    scheduler_name: Annotated[
+        str, typer.Option("--scheduler-name", help="Group the pods that name this scheduler.")
+    ] = "kai-scheduler",
+    period: Annotated[
+        float, typer.Option("--period", min=0.05, help="Seconds between passes when nothing changes.")
+    ] = 1.0,
+    lease_namespace: Annotated[str, typer.Option("--lease-namespace")] = "default",
+    identity: Annotated[str | None, typer.Option("--identity", help="Leader-election identity.")] = None,
+    queue_label_key: QueueLabelOption = QUEUE_LABEL,
+    nodepool_label_key: NodePoolLabelOption = NODE_POOL_LABEL,
+    default_priorities_configmap: DefaultsConfigMapOption = None,
+) -> None:
+    """Give pods their PodGroups as KAI's podgrouper does, alone (for `serve --no-podgrouper`
+    or KAI's own scheduler), with its own leader lease, until SIGTERM."""
+    from kai_ray.server.podgrouper import PodGrouperOptions, run_podgrouper
+
+    options = PodGrouperOptions(
+        kubeconfig=kubeconfig,
+        scheduler_name=scheduler_name,
+        period=period,
+        lease_namespace=lease_namespace,
+        identity=identity,
+    )
+    factory = _grouper_factory(queue_label_key, nodepool_label_key, default_priorities_configmap)
+    raise typer.Exit(code=run_podgrouper(options, factory))
 
 
 @app.command()

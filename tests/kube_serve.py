@@ -39,7 +39,7 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, step: float
 
 
 class Serve:
-    """One `kai-ray serve` subprocess with its stderr (JSON log lines) in a file."""
+    """One `kai-ray serve` (or `kai-ray podgrouper`) subprocess with its stderr (JSON log lines) in a file."""
 
     def __init__(
         self,
@@ -48,12 +48,14 @@ class Serve:
         lease_namespace: str,
         logs: Path,
         extra: Sequence[str] = (),
+        command: str = "serve",
     ) -> None:
         self.identity = identity
-        self.log_path = logs / f"serve-{identity}-{time.monotonic_ns()}.log"
+        self.log_path = logs / f"{command}-{identity}-{time.monotonic_ns()}.log"
+        metrics = ["--metrics-address", "127.0.0.1:0"] if command == "serve" else []
         argv = [
             str(KAI_RAY),
-            "serve",
+            command,
             "--kubeconfig",
             str(kubeconfig),
             "--period",
@@ -62,8 +64,7 @@ class Serve:
             identity,
             "--lease-namespace",
             lease_namespace,
-            "--metrics-address",
-            "127.0.0.1:0",
+            *metrics,
             *extra,
         ]
         with self.log_path.open("wb") as stderr:

@@ -33,6 +33,7 @@ def gpu_pod(
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
     tolerations: list[client.V1Toleration] | None = None,
+    owners: list[dict[str, Any]] | None = None,
 ) -> client.V1Pod:
     """A pod asking for whole GPUs, pinned to the zone's nodes (or bound to `node` directly)."""
     pod_labels = dict(labels or {})
@@ -43,7 +44,9 @@ def gpu_pod(
         pod_annotations["pod-group-name"] = group
     limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
     return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, labels=pod_labels, annotations=pod_annotations),
+        metadata=client.V1ObjectMeta(
+            name=name, labels=pod_labels, annotations=pod_annotations, owner_references=owners
+        ),
         spec=client.V1PodSpec(
             scheduler_name=scheduler,
             node_name=node,
@@ -92,6 +95,36 @@ class Zone:
         )
         result: dict[str, Any] = self.api.sanitize_for_serialization(created)
         return result
+
+    def job(self, name: str, *, queue: str | None = None, parallelism: int = 1) -> dict[str, Any]:
+        """A batch Job, as the owner its pods name (no job controller runs: `pod(owners=...)` makes
+        them as it would); returns the owner reference its pods carry."""
+        labels = {"kai.scheduler/queue": queue} if queue else {}
+        created = client.BatchV1Api(self.api).create_namespaced_job(
+            self.name,
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {
+                    "parallelism": parallelism,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "main", "image": "busybox"}],
+                        }
+                    },
+                },
+            },
+        )
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": name,
+            "uid": created.metadata.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
 
     def close(self) -> None:
         core = client.CoreV1Api(self.api)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from kai_ray_operators.manifests import cluster_from_workload_documents
 
-from kai_ray.api import load_manifest_text
+from kai_ray.api import load_manifest_text, read_manifest_text
 from kai_ray.convert import cluster_from_manifest_set
 from kai_ray.model.objects import ClusterState
 
@@ -60,10 +61,16 @@ def pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {**meta, "annotations": notes}, "spec": body}
 
 
-def convert(*objects: Obj) -> tuple[ClusterState, list[str]]:
-    """Write the objects to one YAML stream named test.yaml and convert them."""
-    loaded = load_manifest_text(yaml.safe_dump_all(objects, sort_keys=False), "test.yaml")
-    state, problems = cluster_from_manifest_set(loaded)
+def convert(*objects: Obj, group_pods: bool = True) -> tuple[ClusterState, list[str]]:
+    """Write the objects to one YAML stream named test.yaml and convert them as `simulate` does,
+    pods grouped by the podgrouper first; `group_pods=False`: as a cluster's cache shows them
+    before the podgrouper ran (pods naming no PodGroup wait)."""
+    text = yaml.safe_dump_all(objects, sort_keys=False)
+    if group_pods:
+        documents, read_problems = read_manifest_text(text, "test.yaml")
+        state, problems = cluster_from_workload_documents(documents, read_problems)
+    else:
+        state, problems = cluster_from_manifest_set(load_manifest_text(text, "test.yaml"))
     return state, [str(problem) for problem in problems]
 
 

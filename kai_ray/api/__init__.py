@@ -24,8 +24,12 @@ from kai_ray.api.manifests import (
     Manifest,
     ManifestProblem,
     ManifestSet,
+    SourcedObject,
     load_manifest_text,
     load_manifests,
+    load_sourced_objects,
+    read_manifest_documents,
+    read_manifest_text,
 )
 from kai_ray.api.podgroup import PodGroup, PodGroupSpec, PodGroupStatus, SubGroup, TopologyConstraint
 from kai_ray.api.quantity import DurationError, QuantityError, parse_duration, parse_quantity
@@ -59,6 +63,7 @@ __all__ = [
     "QueueStatus",
     "ReceivedGPU",
     "ResourceRequirements",
+    "SourcedObject",
     "SubGroup",
     "Taint",
     "Toleration",
@@ -69,6 +74,9 @@ __all__ = [
     "format_path",
     "load_manifest_text",
     "load_manifests",
+    "load_sourced_objects",
     "parse_duration",
     "parse_quantity",
+    "read_manifest_documents",
+    "read_manifest_text",
 ]

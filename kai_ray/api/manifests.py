@@ -32,6 +32,9 @@ _MODELS: dict[str, type[ApiObject]] = {
     for model in (Queue, PodGroup, BindRequest, Topology, Pod, Node, Namespace, PriorityClass)
 }
 _NAMESPACED = frozenset({"Pod", "PodGroup", "BindRequest"})
+MODEL_KINDS: frozenset[str] = frozenset(_MODELS)
+"""The kinds the loader turns into models; any other kind is reported as unsupported."""
+NAMESPACED_MODEL_KINDS: frozenset[str] = _NAMESPACED
 _SUFFIXES = (".yaml", ".yml")
 
 
@@ -73,6 +76,20 @@ class Manifest(Generic[ObjectT]):
         return ManifestProblem(self.file, self.obj.kind, meta.namespace or "", meta.name, field, message)
 
 
+@dataclass(frozen=True)
+class SourcedObject:
+    """A parsed object not yet checked against a model, with where it came from.
+
+    What a step between reading and loading works on (the simulator's workload
+    expansion and podgrouper): objects it creates carry their workload's place,
+    so a problem with a generated pod still points at the file to fix.
+    """
+
+    file: str
+    line: int
+    data: Any
+
+
 @dataclass
 class ManifestSet:
     manifests: list[Manifest[ApiObject]] = field(default_factory=list)
@@ -89,17 +106,42 @@ class ManifestSet:
 
 def load_manifests(path: str | Path) -> ManifestSet:
     """Load one YAML file, or every *.yaml / *.yml below a directory in sorted path order."""
-    loader = _Loader()
+    documents, problems = read_manifest_documents(path)
+    loaded = load_sourced_objects(documents)
+    loaded.problems[:0] = problems
+    return loaded
+
+
+def read_manifest_documents(path: str | Path) -> tuple[list[SourcedObject], list[ManifestProblem]]:
+    """Every object of the YAML file or directory, parsed but not validated, and what could not be read."""
+    problems: list[ManifestProblem] = []
+    documents: list[SourcedObject] = []
     root = Path(path)
     if not root.exists():
-        loader.result.problems.append(ManifestProblem(str(root), message="no such file or directory"))
+        problems.append(ManifestProblem(str(root), message="no such file or directory"))
     for file in _manifest_files(root):
         try:
             text = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
-            loader.result.problems.append(ManifestProblem(str(file), message=f"cannot read: {error}"))
+            problems.append(ManifestProblem(str(file), message=f"cannot read: {error}"))
             continue
-        loader.load_text(text, str(file))
+        documents.extend(_read_text(text, str(file), problems))
+    return documents, problems
+
+
+def read_manifest_text(
+    text: str, file: str = "<string>"
+) -> tuple[list[SourcedObject], list[ManifestProblem]]:
+    """Every object of a YAML string, parsed but not validated, and its syntax errors."""
+    problems: list[ManifestProblem] = []
+    return list(_read_text(text, file, problems)), problems
+
+
+def load_sourced_objects(objects: Iterable[SourcedObject]) -> ManifestSet:
+    """Validate objects read earlier (`read_manifest_documents`), keeping where each came from."""
+    loader = _Loader()
+    for sourced in objects:
+        loader._load_object(sourced.data, sourced.file, sourced.line)
     return loader.result
 
 
@@ -143,13 +185,8 @@ class _Loader:
         self._seen: dict[_Key, Manifest[ApiObject]] = {}
 
     def load_text(self, text: str, file: str) -> None:
-        for document in parse_documents(text):
-            if isinstance(document, YamlSyntaxError):
-                problem = ManifestProblem(file, message=document.message, line=document.line)
-                self.result.problems.append(problem)
-                continue
-            for data in _items(document.data):
-                self._load_object(data, file, document.line)
+        for sourced in _read_text(text, file, self.result.problems):
+            self._load_object(sourced.data, sourced.file, sourced.line)
 
     def _load_object(self, data: Any, file: str, line: int) -> None:
         if not isinstance(data, dict):
@@ -172,6 +209,15 @@ class _Loader:
         manifest: Manifest[ApiObject] = Manifest(file, line, len(self.result.manifests), obj)
         self._seen[_key(obj)] = manifest
         self.result.manifests.append(manifest)
+
+
+def _read_text(text: str, file: str, problems: list[ManifestProblem]) -> Iterator[SourcedObject]:
+    for document in parse_documents(text):
+        if isinstance(document, YamlSyntaxError):
+            problems.append(ManifestProblem(file, message=document.message, line=document.line))
+            continue
+        for data in _items(document.data):
+            yield SourcedObject(file, document.line, data)
 
 
 def _items(data: Any) -> Iterator[Any]:

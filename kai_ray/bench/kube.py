@@ -27,7 +27,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kai_ray.server.serve import GrouperFactory
 
 from kai_ray.api.constants import DEFAULT_QUEUE, QUEUE_LABEL, SCHEDULER_NAME
 
@@ -139,6 +142,7 @@ def _bound_pods(api: Any) -> int:
 
 
 def run_kube_bench(
+    grouper: GrouperFactory,
     nodes: int = 500,
     pods: int = 4000,
     gpus_per_node: int = 8,
@@ -150,6 +154,9 @@ def run_kube_bench(
     progress: Callable[[str], None] | None = None,
 ) -> KubeBenchResult:
     """Start a dev cluster, create `nodes` GPU nodes and `pods` one-GPU pods, schedule until bound.
+
+    `grouper` builds the podgrouper `serve` runs in-process (the CLI passes the operators' one),
+    so the pods' PodGroups are made inside the timed cycles, as on a cluster.
 
     The cluster lives in `directory` (a fresh temporary directory by default, removed
     afterwards) and is always stopped before returning.
@@ -182,7 +189,7 @@ def run_kube_bench(
             started = time.perf_counter()
             _create_pods(api, pods, CREATE_WORKERS)
             setup["pod_create_s"] = time.perf_counter() - started
-            scheduler = KubeScheduler(api, concurrency=workers)
+            scheduler = KubeScheduler(api, concurrency=workers, grouper=grouper(api))
             started = time.perf_counter()
             scheduler.start()
             setup["cache_sync_s"] = time.perf_counter() - started

@@ -1,8 +1,9 @@
 """Cluster objects → the engine's `ClusterState`: the one translation every backend uses.
 
-Manifests for `kai-ray simulate`, the informer cache of `kai-ray serve`, and
-the grouper all read Queues, PodGroups, Pods, Nodes, PriorityClasses and
-BindRequests through this module, so a directory of manifests and a live
+Manifests for `kai-ray simulate` (their pods grouped first, by the same
+podgrouper as on a cluster) and the informer cache of `kai-ray serve` read
+Queues, PodGroups, Pods, Nodes, PriorityClasses and BindRequests through this
+module, so a directory of manifests and a live
 cluster mean the same thing to the scheduler.  Bad content never raises: each
 broken object is reported as a `ManifestProblem` and skipped, and everything
 else is still converted, so one typo does not hide the rest of the cluster.
@@ -39,7 +40,7 @@ from kai_ray.api import (
 from kai_ray.api.constants import SCHEDULER_NAME
 from kai_ray.api.manifests import load_manifest_objects
 from kai_ray.convert.common import convert_each, latest_time
-from kai_ray.convert.jobs import BarePods, JobAssembler
+from kai_ray.convert.jobs import JobAssembler
 from kai_ray.convert.nodes import node_spec
 from kai_ray.convert.podgroups import Priorities
 from kai_ray.convert.pods import PodContext
@@ -60,7 +61,6 @@ def cluster_from_objects(
     source: str,
     now: float,
     scheduler_name: str = SCHEDULER_NAME,
-    bare_pods: BarePods = BarePods.WAIT,
 ) -> tuple[ClusterState, list[ManifestProblem]]:
     """Convert objects as an API server returns them (dicts); `source` names them in problems.
 
@@ -73,7 +73,7 @@ def cluster_from_objects(
     occupants = [occupancy_only(obj) for obj in raw if obj.get("kind") == "Pod" and _key(obj) in rejected]
     extra = load_manifest_objects(occupants, source).of_type(Pod)
     return cluster_from_manifest_set(
-        loaded, now=now, scheduler_name=scheduler_name, bare_pods=bare_pods, occupants=extra
+        loaded, now=now, scheduler_name=scheduler_name, occupants=extra
     )
 
 
@@ -82,14 +82,13 @@ def cluster_from_manifest_set(
     *,
     now: float | None = None,
     scheduler_name: str = SCHEDULER_NAME,
-    bare_pods: BarePods = BarePods.GROUP,
     occupants: Iterable[Manifest[Pod]] = (),
 ) -> tuple[ClusterState, list[ManifestProblem]]:
     """Convert already loaded manifests; the result's problems include the loader's.
 
     A live backend passes its wall clock as `now` (manifests alone only know
-    their latest timestamp), its configured `scheduler_name`, `BarePods.WAIT`,
-    and `occupants`: pods already reported as problems that only hold their node.
+    their latest timestamp), its configured `scheduler_name`, and `occupants`:
+    pods already reported as problems that only hold their node.
     """
     problems = list(loaded.problems)
     now = latest_time(loaded) if now is None else now
@@ -103,7 +102,6 @@ def cluster_from_manifest_set(
         pods,
         problems,
         scheduler_name,
-        bare_pods,
     )
     assembler.add_podgroups(loaded.of_type(PodGroup))
     assembler.add_pods(loaded.of_type(Pod))

@@ -1,9 +1,9 @@
 """Group pods into jobs, and count every pod that occupies a node, whoever scheduled it.
 
-A pod of this scheduler joins its named PodGroup.  A pod that names none gets
-the PodGroup KAI's podgrouper makes for a bare pod (`bare_pods`) when the
-backend schedules such pods directly (the simulator); a live cluster waits for
-its grouper to create that PodGroup first (`BarePods.WAIT`).
+A pod of this scheduler joins the PodGroup it names.  A pod that names none
+waits for the podgrouper (`kai_ray_operators`), which on a cluster and in the
+simulator alike gives it its PodGroup before this conversion runs; until then
+it is not scheduled, and only holds its node if it is already on one.
 
 Every pod that holds node resources and is not scheduled here becomes a
 `HeldPod` on its node: pods of other schedulers, and pods of ours that cannot
@@ -13,17 +13,12 @@ never offered twice.
 
 from __future__ import annotations
 
-import enum
-
 from kai_ray.api import Manifest, ManifestProblem, Pod, PodGroup
 from kai_ray.api.constants import (
-    DEFAULT_QUEUE,
     POD_GROUP_NAME_ANNOTATION,
-    QUEUE_LABEL,
     SCHEDULER_NAME,
     SUBGROUP_LABEL,
 )
-from kai_ray.convert.bare_pods import bare_pod_group
 from kai_ray.convert.common import Invalid, annotation_field, label_field
 from kai_ray.convert.podgroups import Priorities, job_from_podgroup
 from kai_ray.convert.pods import PodContext, held_task, task_from_pod
@@ -31,15 +26,6 @@ from kai_ray.convert.queues import QueueIndex
 from kai_ray.model.objects import OCCUPYING, HeldPod, JobSpec, TaskSpec
 
 _Key = tuple[str, str]
-
-
-class BarePods(enum.Enum):
-    """What to do with a pod of ours that names no PodGroup."""
-
-    GROUP = "group"
-    """Schedule it under the PodGroup KAI's grouper would make (manifests, the simulator)."""
-    WAIT = "wait"
-    """Leave it to the grouper, which creates that PodGroup on the cluster first (`serve`)."""
 
 
 class JobAssembler:
@@ -52,14 +38,12 @@ class JobAssembler:
         pods: PodContext,
         problems: list[ManifestProblem],
         scheduler_name: str = SCHEDULER_NAME,
-        bare_pods: BarePods = BarePods.GROUP,
     ) -> None:
         self._scheduler_name = scheduler_name
         self._queues = queues
         self._priorities = priorities
         self._pods = pods
         self._problems = problems
-        self._bare_pods = bare_pods
         self._jobs: dict[_Key, JobSpec] = {}
         self._skipped: set[_Key] = set()
         self.held: list[HeldPod] = []
@@ -102,11 +86,11 @@ class JobAssembler:
 
     def _add_pod(self, manifest: Manifest[Pod]) -> None:
         group = manifest.obj.metadata.annotations.get(POD_GROUP_NAME_ANNOTATION)
-        if group is None and self._bare_pods == BarePods.WAIT:
+        if group is None:
             self._hold(manifest, foreign=False)
             return
         task = task_from_pod(manifest, self._pods)
-        job = self._named_job(manifest, group) if group is not None else self._own_job(manifest)
+        job = self._named_job(manifest, group)
         _check_leaf(job, task, manifest.obj)
         job.tasks.append(task)
 
@@ -123,29 +107,6 @@ class JobAssembler:
         if key not in self._jobs:
             raise Invalid(field, f"PodGroup {group!r} does not exist in namespace {key[0]!r}")
         return self._jobs[key]
-
-    def _own_job(self, manifest: Manifest[Pod]) -> JobSpec:
-        group = bare_pod_group(manifest.obj, self._priorities.values)
-        key = (group.metadata.namespace or "", group.metadata.name)
-        if key in self._jobs or key in self._skipped:
-            message = f"missing, and the pod's implicit PodGroup would clash with PodGroup {key[1]!r}"
-            raise Invalid(annotation_field(POD_GROUP_NAME_ANNOTATION), message)
-        implicit = Manifest(manifest.file, manifest.line, manifest.position, group)
-        try:
-            job = job_from_podgroup(implicit, self._queues, self._priorities)
-        except Invalid as error:
-            raise _as_pod_problem(error, manifest.obj) from None
-        self._jobs[key] = job
-        return job
-
-
-def _as_pod_problem(error: Invalid, pod: Pod) -> Invalid:
-    """A problem of a bare pod's implicit PodGroup, said about the pod whose labels chose it."""
-    if error.field != "spec.queue":
-        return error
-    labelled = QUEUE_LABEL in pod.metadata.labels
-    hint = "" if labelled else f" (pods without a {QUEUE_LABEL} label go to {DEFAULT_QUEUE})"
-    return Invalid(label_field(QUEUE_LABEL), error.message + hint)
 
 
 def _check_leaf(job: JobSpec, task: TaskSpec, pod: Pod) -> None:

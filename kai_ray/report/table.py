@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -23,6 +24,15 @@ STATUS_STYLE = {
     "Pending": "red",
     "Releasing": "magenta",
 }
+
+
+_UID_SUFFIX = re.compile(r"-([0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def short_name(name: str) -> str:
+    """A PodGroup name with its owner's uid cut to 8 characters (`pg-train-1b4e28ba…`): KAI's
+    podgrouper names PodGroups `pg-<owner>-<uid>`, and the table has room for the owner."""
+    return _UID_SUFFIX.sub(r"-\1…", name)
 
 
 def _amount(value: float, unit: str) -> str:
@@ -97,7 +107,9 @@ def jobs_table(result: CycleResult) -> Table:
         pending = result.plan.pending_reasons.get(job.key)
         reason = pending.message if pending is not None else ""
         pods = str(len(job.tasks))
-        table.add_row(job.spec.key, job.queue, Text(status, style=style), pods, ", ".join(nodes), reason)
+        table.add_row(
+            short_name(job.spec.key), job.queue, Text(status, style=style), pods, ", ".join(nodes), reason
+        )
     return table
 
 
@@ -110,7 +122,9 @@ def evictions_table(results: list[CycleResult]) -> Table | None:
     for column in ("cycle", "job", "pod", "node", "reason"):
         table.add_column(column)
     for cycle, eviction in rows:
-        table.add_row(str(cycle), eviction.job, eviction.task, eviction.node or "", eviction.reason.message)
+        table.add_row(
+            str(cycle), short_name(eviction.job), eviction.task, eviction.node or "", eviction.reason.message
+        )
     return table
 
 

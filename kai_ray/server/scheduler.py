@@ -33,7 +33,7 @@ from kai_ray.cluster.kube.bind_request_cleanup import CleanupResult, delete_stal
 from kai_ray.cluster.kube.binder import Binder, BindPassResult
 from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.fence import NotLeader
-from kai_ray.cluster.kube.grouper import ensure_pod_groups
+from kai_ray.cluster.kube.grouping import PodGrouper, log_grouping
 from kai_ray.cluster.kube.leader import LeaderElector
 from kai_ray.cluster.kube.reporting import ProblemReporter
 from kai_ray.cluster.kube.snapshot import snapshot
@@ -101,6 +101,9 @@ class KubeScheduler:
     metrics: SchedulerMetrics | None = None
     concurrency: int = DEFAULT_CONCURRENCY
     bind_backoff_limit: int | None = DEFAULT_BIND_BACKOFF_LIMIT
+    grouper: PodGrouper | None = None
+    """Gives our pods their PodGroups each cycle (the operators' podgrouper); None when another
+    process does (`kai-ray podgrouper`, KAI's own) and the loop only schedules PodGroups it finds."""
 
     def __post_init__(self) -> None:
         self.cache = ClusterCache(self.api, scheduler_name=self.scheduler_name, namespace=self.namespace)
@@ -128,17 +131,7 @@ class KubeScheduler:
         server cannot list must not keep everything else from being scheduled).
         """
         self.cache.start()
-        deadline = time.monotonic() + CACHE_SYNC_TIMEOUT_SECONDS
-        while not self.cache.wait_synced(0.2):
-            if stop is not None and stop.is_set():
-                return False
-            if time.monotonic() > deadline:
-                log.warning(
-                    "cluster cache not synced after %ss; scheduling from what it has",
-                    CACHE_SYNC_TIMEOUT_SECONDS,
-                )
-                break
-        return True
+        return self.cache.sync_or_stop(stop, CACHE_SYNC_TIMEOUT_SECONDS)
 
     def stop(self) -> None:
         """Stop the cache and send the Events still queued (waiting at most a few seconds)."""
@@ -152,7 +145,8 @@ class KubeScheduler:
         phases = _PhaseClock(started)
         cleaned = delete_stale_bind_requests(self.api, self.cache, concurrency=self.concurrency)
         phases.lap("cleanup")
-        ensure_pod_groups(self.api, self.cache, self.events, concurrency=self.concurrency)
+        if self.grouper is not None:
+            log_grouping(self.grouper.group(self.cache, self.events))
         phases.lap("group")
         state, problems = snapshot(self.cache)
         phases.lap("snapshot")
@@ -206,7 +200,7 @@ class KubeScheduler:
         self._stop, self._elector = stop, elector
         outcome = RunOutcome.STOPPED
         try:
-            if elector is not None and not _wait_for_lease(elector, stop):
+            if elector is not None and not elector.lead(stop):
                 return outcome
             if self.metrics is not None:
                 self.metrics.set_leader(True)
@@ -264,6 +258,8 @@ class KubeScheduler:
         alive |= {("Queue", DEFAULT_NAMESPACE, name) for name in queues}  # cluster-scoped: Events in default
         self.events.forget(alive)
         self.status.forget(pods, queues)
+        if self.grouper is not None:
+            self.grouper.forget(pods)
         if self.metrics is not None:
             self.metrics.forget_podgroups(podgroups)
 
@@ -271,6 +267,8 @@ class KubeScheduler:
         """How much the loop remembers per object, by memory: the bounded-memory evidence."""
         sizes = {"event_dedupe": self.events.tracked(), **self.status.tracked(), **self.binder.tracked()}
         sizes.update(self.reporter.tracked())
+        if self.grouper is not None:
+            sizes.update(self.grouper.tracked())
         sizes.update({f"cache_{kind}": count for kind, count in self.cache.sizes().items()})
         return sizes
 
@@ -339,15 +337,6 @@ class KubeScheduler:
         metrics.observe_evictions(_evicted_podgroups(plan, applied, refs))
         metrics.observe_blocked_evictions(len(applied.blocked))
         metrics.set_tracked(self.tracked())
-
-
-def _wait_for_lease(elector: LeaderElector, stop: threading.Event) -> bool:
-    """Start the elector's thread and wait until it leads; False when stopped first."""
-    threading.Thread(target=elector.run, args=(stop,), name="kai-leader", daemon=True).start()
-    while not elector.wait_acquired(0.2):
-        if stop.is_set():
-            return False
-    return True
 
 
 def _blocked_reasons(blocked: Iterable[BlockedEviction]) -> dict[str, PendingReason]:

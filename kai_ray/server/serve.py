@@ -14,7 +14,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -28,8 +28,15 @@ from kai_ray import __version__
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.scheduler_conf import SchedulerConfigError, load_scheduler_config
 from kai_ray.cluster.kube.fence import FencedApiClient
+from kai_ray.cluster.kube.grouping import PodGrouper
 from kai_ray.cluster.kube.leader import LeaderElector, LeaseTiming, lease_name
-from kai_ray.cluster.kube.permissions import missing_permissions
+from kai_ray.cluster.kube.permissions import (
+    OWNER_READ_PERMISSIONS,
+    PODGROUPER_PERMISSIONS,
+    SCHEDULER_PERMISSIONS,
+    Permission,
+    missing_permissions,
+)
 from kai_ray.distributed.executor import Executor
 from kai_ray.server.logs import configure_logging
 from kai_ray.server.metrics import SchedulerMetrics
@@ -45,6 +52,11 @@ EXIT_INPUT = 2
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:8080"
 TOKEN_REFRESH_SECONDS = 10.0
 """How often the kubeconfig loader may re-check its token (it refreshes 5 minutes before expiry)."""
+
+
+GrouperFactory = Callable[[Any], PodGrouper]
+"""Builds a podgrouper over the fenced API client: the CLI passes the operators' controller, so
+this package never imports `kai_ray_operators`."""
 
 
 class ServeError(Exception):
@@ -68,6 +80,8 @@ class ServeOptions:
     config_file: Path | None = None
     bind_backoff_limit: int = 3
     lease_timing: LeaseTiming = field(default_factory=LeaseTiming)
+    grouper: GrouperFactory | None = None
+    """The in-process podgrouper; None (`--no-podgrouper`) when another process groups pods."""
 
 
 def pool_size_for(concurrency: int) -> int:
@@ -101,12 +115,19 @@ def load_configuration(kubeconfig: Path | None) -> client.Configuration:
     return configuration
 
 
-def check_cluster(api: Any, lease_namespace: str) -> None:
-    """Reachable, credentials accepted, every permission granted; else one `ServeError` line."""
+def check_cluster(
+    api: Any, lease_namespace: str, permissions: Sequence[Permission], optional: Sequence[Permission] = ()
+) -> None:
+    """Reachable, credentials accepted, every one of `permissions` granted; else one `ServeError` line.
+
+    Missing `optional` permissions are one warning line: what they cost is said, and the
+    process goes on (the podgrouper without an owner kind groups its pods on their own).
+    """
     host = api.configuration.host
     try:
         client.VersionApi(api).get_code(_request_timeout=(5.0, 5.0))
-        missing = missing_permissions(api, lease_namespace)
+        missing = missing_permissions(api, permissions, lease_namespace)
+        unreadable = missing_permissions(api, optional)
     except ApiException as error:
         if error.status in (401, 403):
             raise ServeError(
@@ -123,9 +144,17 @@ def check_cluster(api: Any, lease_namespace: str) -> None:
     if missing:
         listed = ", ".join(str(p) for p in missing)
         raise ServeError(
-            f"missing permissions: {listed} (docs/kubernetes.md lists what serve needs; "
-            "examples/rbac/serve-rbac.yaml grants it)",
+            f'missing permissions: {listed} (docs/kubernetes.md, "Permissions", lists them; '
+            "examples/rbac/ has manifests that grant them)",
             EXIT_CLUSTER,
+        )
+    if unreadable:
+        kinds = sorted(
+            {str(Permission(p.group, p.resource, "read")).removeprefix("read ") for p in unreadable}
+        )
+        log.warning(
+            "the podgrouper cannot read %s: a pod owned by one is grouped by the owner below it, or alone",
+            ", ".join(kinds),
         )
 
 
@@ -139,39 +168,40 @@ def serve_forever(options: ServeOptions, executor: Executor | None) -> int:
         return error.exit_code
 
 
-def _serve(options: ServeOptions, executor: Executor | None) -> int:
-    scheduler_config = _scheduler_config(options.config_file)
-    configuration = load_configuration(options.kubeconfig)
+@dataclass
+class Connection:
+    """A checked connection: the lease's client, and the client fenced by that lease."""
+
+    elector: LeaderElector
+    api: FencedApiClient
+    identity: str
+
+
+def connect(
+    kubeconfig: Path | None,
+    lease_namespace: str,
+    lease: str,
+    identity: str | None,
+    timing: LeaseTiming,
+    permissions: Sequence[Permission],
+    optional: Sequence[Permission] = (),
+) -> Connection:
+    """Load the kubeconfig, check the cluster and `permissions` (`ServeError` if not), build the elector."""
+    configuration = load_configuration(kubeconfig)
     configuration.connection_pool_maxsize = pool_size_for(DEFAULT_CONCURRENCY)
-    identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
+    identity = identity or f"{socket.gethostname()}-{os.getpid()}"
     # Not fenced (the lease and the start-up checks come before leadership), but timed out.
     election_api = FencedApiClient(configuration)
     election_api.user_agent = f"kai-ray/{__version__} ({identity})"
-    check_cluster(election_api, options.lease_namespace)
-    elector = LeaderElector(
-        election_api,
-        options.lease_namespace,
-        lease_name(options.scheduler_name),
-        identity,
-        options.lease_timing,
-    )
+    check_cluster(election_api, lease_namespace, permissions, optional)
+    elector = LeaderElector(election_api, lease_namespace, lease, identity, timing)
     api = FencedApiClient(configuration, elector.leadership)
     api.user_agent = election_api.user_agent
-    metrics = SchedulerMetrics()
-    if options.metrics_address:
-        try:
-            host, port = metrics.serve(options.metrics_address)
-        except (ValueError, OSError) as error:
-            raise ServeError(f"--metrics-address {options.metrics_address}: {error}", EXIT_INPUT) from None
-        log.info("metrics on http://%s:%d/metrics", host, port)
-    scheduler = KubeScheduler(
-        api,
-        config=scheduler_config,
-        scheduler_name=options.scheduler_name,
-        executor=executor,
-        metrics=metrics,
-        bind_backoff_limit=options.bind_backoff_limit,
-    )
+    return Connection(elector, api, identity)
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT: the loop finishes its pass and gives up the lease."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -180,8 +210,48 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    log.info("kai-ray %s serving as %s (scheduler %s)", __version__, identity, options.scheduler_name)
-    outcome = scheduler.run(stop, period=options.period, elector=elector)
+    return stop
+
+
+def _serve(options: ServeOptions, executor: Executor | None) -> int:
+    scheduler_config = _scheduler_config(options.config_file)
+    grouping = options.grouper is not None
+    connection = connect(
+        options.kubeconfig,
+        options.lease_namespace,
+        lease_name(options.scheduler_name),
+        options.identity,
+        options.lease_timing,
+        tuple(dict.fromkeys((*SCHEDULER_PERMISSIONS, *PODGROUPER_PERMISSIONS)))
+        if grouping
+        else SCHEDULER_PERMISSIONS,
+        OWNER_READ_PERMISSIONS if grouping else (),
+    )
+    metrics = SchedulerMetrics()
+    if options.metrics_address:
+        try:
+            host, port = metrics.serve(options.metrics_address)
+        except (ValueError, OSError) as error:
+            raise ServeError(f"--metrics-address {options.metrics_address}: {error}", EXIT_INPUT) from None
+        log.info("metrics on http://%s:%d/metrics", host, port)
+    scheduler = KubeScheduler(
+        connection.api,
+        config=scheduler_config,
+        scheduler_name=options.scheduler_name,
+        executor=executor,
+        metrics=metrics,
+        bind_backoff_limit=options.bind_backoff_limit,
+        grouper=options.grouper(connection.api) if options.grouper is not None else None,
+    )
+    stop = stop_on_signals()
+    log.info(
+        "kai-ray %s serving as %s (scheduler %s, podgrouper %s)",
+        __version__,
+        connection.identity,
+        options.scheduler_name,
+        "in-process" if grouping else "off",
+    )
+    outcome = scheduler.run(stop, period=options.period, elector=connection.elector)
     if outcome is RunOutcome.LOST_LEADERSHIP:
         log.error("exiting: leadership was lost; another replica schedules now")
         return EXIT_CLUSTER

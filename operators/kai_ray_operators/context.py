@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from kai_ray.api.constants import PODGROUP_API_VERSION, PRIORITYCLASS_API_VERSION
 from kai_ray_operators.config import GroupingConfig
 from kai_ray_operators.errors import NotFound, ReadError
 from kai_ray_operators.fields import GroupVersionKind, KubeObject
@@ -20,9 +21,6 @@ from kai_ray_operators.reader import ObjectReader
 from kai_ray_operators.type_defaults import TypeDefaults, load_type_defaults
 
 __all__ = ["Grouper", "GroupingContext"]
-
-PRIORITY_CLASS_API_VERSION = "scheduling.k8s.io/v1"
-PODGROUP_API_VERSION = "scheduling.run.ai/v2alpha2"
 
 
 @dataclass(frozen=True)
@@ -38,7 +36,7 @@ class GroupingContext:
         if not name:
             return False
         try:
-            self.reader.get(PRIORITY_CLASS_API_VERSION, "PriorityClass", "", name)
+            self.reader.get(PRIORITYCLASS_API_VERSION, "PriorityClass", "", name)
         except ReadError:
             return False
         return True

@@ -78,7 +78,11 @@ def test_bad_manifests_exit_2_with_one_line_per_problem(tmp_path: Path) -> None:
     lines = err.strip().splitlines()
     assert f"{bad}: Queue/team-a: spec.resources.gpu.quota: must be >= 0 or -1, got -3" in lines
     assert any(line.startswith(f"{bad}: Frobnicator/x: kind") for line in lines)
-    assert any("Pod/ns/p: metadata.labels[kai.scheduler/queue]" in line for line in lines)
+    # The podgrouper gave the pod its PodGroup, whose queue (from the pod's label) does not exist:
+    # one line, about the pod the user wrote, naming its PodGroup.
+    (queue_line,) = [line for line in lines if "nope" in line]
+    assert queue_line.startswith(f"{bad}: Pod/ns/p: spec.queue of its PodGroup pg-p-")
+    assert queue_line.endswith(": queue 'nope' does not exist")
     assert "Traceback" not in err
 
 

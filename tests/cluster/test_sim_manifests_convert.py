@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kai_ray_operators.identity import stable_uid
 from manifest_builders import base, convert, node, pod, podgroup, queue
 
 from kai_ray.model.objects import (
@@ -208,7 +209,9 @@ def test_a_pod_without_a_podgroup_gets_its_own(
     labels: dict[str, str], spec: dict[str, Any], priority: int, preemptible: bool
 ) -> None:
     job = only_job(pod("solo", labels={"kai.scheduler/queue": "team-a", **labels}, **spec))
-    assert (job.name, job.namespace, job.queue) == ("solo", "team-a", "team-a")
+    # KAI's name, with the stable uid a manifest without one is given.
+    expected = f"pg-solo-{stable_uid('v1', 'Pod', 'team-a', 'solo')}"
+    assert (job.name, job.namespace, job.queue) == (expected, "team-a", "team-a")
     assert (job.priority, job.preemptible) == (priority, preemptible)
     assert job.subgroups.all_pod_sets() == [PodSetSpec("default", 1)]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kai_ray_operators.manifests import cluster_from_workload_manifests
 
 from kai_ray.api.config import SchedulerConfig
-from kai_ray.convert import cluster_from_manifests
 from kai_ray.engine.cycle import schedule
 from kai_ray.model.snapshot import compile_snapshot
 
@@ -54,7 +54,7 @@ spec:
 def test_a_running_fraction_pod_keeps_its_gpu_from_a_whole_gpu_pod(tmp_path: Path, label: str) -> None:
     manifest = tmp_path / "cluster.yaml"
     manifest.write_text(BASE % {"label": label})
-    state, problems = cluster_from_manifests(manifest)
+    state, problems = cluster_from_workload_manifests(manifest)
     assert problems == []
     running = next(t for job in state.jobs for t in job.tasks if t.name == "running-half")
     assert running.gpu_groups

@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kai_ray_operators.identity import stable_uid
 from manifest_builders import base, convert, node, pod, podgroup, queue
 
 pytestmark = pytest.mark.unit
 
 POD = "test.yaml: Pod/team-a/p"
+POD_PG = f"pg-p-{stable_uid('v1', 'Pod', 'team-a', 'p')}"
+"""The PodGroup the podgrouper makes for the bare pod `p` (its uid is stable in manifests)."""
 PG = "test.yaml: PodGroup/team-a/pg"
 SUBGROUP_LABEL = "metadata.labels[kai.scheduler/subgroup-name]"
 TREE = [{"name": "workers", "minMember": 1}, {"name": "head", "minMember": 1}]
@@ -24,12 +27,12 @@ def annotated(**annotations: str) -> dict[str, Any]:
     [
         (
             [pod("p", labels={"kai.scheduler/queue": "nope"})],
-            f"{POD}: metadata.labels[kai.scheduler/queue]: queue 'nope' does not exist",
+            f"{POD}: spec.queue of its PodGroup {POD_PG}: queue 'nope' does not exist",
         ),
         (
             [pod("p", labels={})],
-            f"{POD}: metadata.labels[kai.scheduler/queue]: queue 'default-queue' does not exist"
-            " (pods without a kai.scheduler/queue label go to default-queue)",
+            f"{POD}: spec.queue of its PodGroup {POD_PG}: queue 'default-queue' does not exist"
+            " (a workload without a kai.scheduler/queue label goes to default-queue)",
         ),
         ([podgroup("pg", queue="nope")], f"{PG}: spec.queue: queue 'nope' does not exist"),
         ([podgroup("pg", queue="")], f"{PG}: spec.queue: no queue given"),
@@ -52,7 +55,7 @@ def annotated(**annotations: str) -> dict[str, Any]:
         ),
         (
             [pod("p", labels={"kai.scheduler/queue": "team-a", "kai.scheduler/subgroup-name": "x"})],
-            f"{POD}: {SUBGROUP_LABEL}: SubGroup 'x' is not a leaf of PodGroup 'p' (leaves: default)",
+            f"{POD}: {SUBGROUP_LABEL}: SubGroup 'x' is not a leaf of PodGroup '{POD_PG}' (leaves: default)",
         ),
         (
             [podgroup("pg", subGroups=[*TREE, {"name": "head"}])],
@@ -130,11 +133,6 @@ def annotated(**annotations: str) -> dict[str, Any]:
             ],
             f"{POD}: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
             ".nodeSelectorTerms: only one term is supported (terms are ORed), got 2",
-        ),
-        (
-            [podgroup("p"), pod("p")],
-            f"{POD}: metadata.annotations.pod-group-name:"
-            " missing, and the pod's implicit PodGroup would clash with PodGroup 'p'",
         ),
     ],
 )

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kai_ray_operators.identity import stable_uid
+from kai_ray_operators.manifests import cluster_from_workload_manifests
 
-from kai_ray.convert import cluster_from_manifests
 from kai_ray.model.objects import UNLIMITED, ClusterState, PodSetSpec, ResourceQuota, TaskStatus
 
 pytestmark = pytest.mark.unit
@@ -16,7 +17,7 @@ QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
 
 @pytest.fixture(scope="module")
 def cluster() -> ClusterState:
-    state, problems = cluster_from_manifests(QUICKSTART)
+    state, problems = cluster_from_workload_manifests(QUICKSTART)
     assert problems == []
     return state
 
@@ -45,7 +46,8 @@ def test_jobs_gang_and_fraction(cluster: ClusterState) -> None:
     assert gang.subgroups.all_pod_sets() == [PodSetSpec("default", 4)]
     assert [t.gpu for t in gang.tasks] == [4, 4, 4, 4]
     assert jobs["team-b/too-big"].subgroups.all_pod_sets() == [PodSetSpec("default", 5)]
-    notebook = jobs["team-b/notebook-b"].tasks[0]
+    # A bare pod's PodGroup, made by the podgrouper: pg-<pod>-<uid>, the uid stable in manifests.
+    notebook = jobs[f"team-b/pg-notebook-b-{stable_uid('v1', 'Pod', 'team-b', 'notebook-b')}"].tasks[0]
     assert (notebook.gpu, notebook.gpu_devices, notebook.is_shared_gpu) == (0.5, 1, True)
     assert all(t.status == TaskStatus.PENDING for job in cluster.jobs for t in job.tasks)
     assert {job.queue for job in cluster.jobs} == {"team-a", "team-b"}

@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
-from manifest_builders import node, pod, podgroup, queue
+from manifest_builders import convert, node, pod, podgroup, queue
 
-from kai_ray.api import load_manifest_text
 from kai_ray.api.config import SchedulerConfig
-from kai_ray.convert import BarePods, cluster_from_manifest_set, cluster_from_objects
+from kai_ray.convert import cluster_from_objects
 from kai_ray.engine.cycle import open_session, schedule
 from kai_ray.model.objects import ClusterState, TaskStatus
 from kai_ray.model.snapshot import compile_snapshot
@@ -37,12 +35,6 @@ def foreign(name: str, gpus: int, phase: str = "Running", node_name: str = "n1")
     body["spec"]["nodeName"] = node_name
     body["status"] = {"phase": phase}
     return body
-
-
-def convert(*objects: dict[str, Any], bare: BarePods = BarePods.GROUP) -> tuple[ClusterState, list[str]]:
-    loaded = load_manifest_text(yaml.safe_dump_all(objects, sort_keys=False), "test.yaml")
-    state, problems = cluster_from_manifest_set(loaded, bare_pods=bare)
-    return state, [str(p) for p in problems]
 
 
 def free_gpus_after(state: ClusterState, *pending: str) -> dict[str, str]:
@@ -83,8 +75,15 @@ def test_pods_we_cannot_interpret_still_hold_their_node() -> None:
 
 def test_a_pod_the_models_reject_is_reported_and_still_counted() -> None:
     strange = running(pod("strange", gpus=8, tolerations=[{"key": "k", "value": 5}]))
-    objects = [team("team-a", gpu=16), node("n1", gpus=8), node("n2", gpus=8), strange, pod("p", gpus=8)]
-    state, problems = cluster_from_objects(objects, source="cluster", now=0.0, bare_pods=BarePods.GROUP)
+    objects = [
+        team("team-a", gpu=16),
+        node("n1", gpus=8),
+        node("n2", gpus=8),
+        strange,
+        podgroup("p"),
+        pod("p", gpus=8, group="p"),
+    ]
+    state, problems = cluster_from_objects(objects, source="cluster", now=0.0)
     assert [p.name for p in problems] == ["strange"]
     assert [(h.key, h.task.gpu, h.task.node) for h in state.held] == [("team-a/strange", 8, "n1")]
     assert free_gpus_after(state, "p") == {"p": "n2"}
@@ -96,7 +95,7 @@ def test_ungrouped_pods_wait_for_the_grouper_but_a_placed_one_counts() -> None:
         node("n1", gpus=8),
         pod("waiting", gpus=1),
         running(pod("already-there", gpus=2)),
-        bare=BarePods.WAIT,
+        group_pods=False,
     )
     assert problems == [] and state.jobs == []
     assert [(h.key, h.foreign, h.task.gpu) for h in state.held] == [("team-a/already-there", False, 2)]

@@ -79,15 +79,23 @@ def namespace(kube_api: Any) -> Iterator[str]:
 
 @pytest.fixture
 def serves(kube_cluster: DevCluster, tmp_path: Path) -> Iterator[Callable[..., Serve]]:
-    """Starts `kai-ray serve` processes; every one still running at the end is SIGKILLed.
+    """Starts `kai-ray serve` (or `command`) processes; every one still running at the end is SIGKILLed.
 
-    `serves(identity, lease_namespace, *extra_args, kubeconfig=None)`; the admin kubeconfig
-    of the session cluster unless another is given.
+    `serves(identity, lease_namespace, *extra_args, kubeconfig=None, command="serve")`; the admin
+    kubeconfig of the session cluster unless another is given.
     """
     started: list[Serve] = []
 
-    def start(identity: str, lease_namespace: str, *extra: str, kubeconfig: Path | None = None) -> Serve:
-        serve = Serve(kubeconfig or kube_cluster.kubeconfig, identity, lease_namespace, tmp_path, extra)
+    def start(
+        identity: str,
+        lease_namespace: str,
+        *extra: str,
+        kubeconfig: Path | None = None,
+        command: str = "serve",
+    ) -> Serve:
+        serve = Serve(
+            kubeconfig or kube_cluster.kubeconfig, identity, lease_namespace, tmp_path, extra, command
+        )
         started.append(serve)
         return serve
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kai_ray_operators.controller import PodGroupController
 from kube_support import eventually, wait_for
 from kube_zone import Zone
 from kubernetes import client
@@ -123,7 +124,9 @@ def test_a_refused_binding_is_retried_and_bound_once_allowed(kube_api: Any, zone
     client.CoreV1Api(kube_api).delete_namespaced_pod("refused-probe", zone.name, grace_period_seconds=0)
 
     metrics = SchedulerMetrics()
-    scheduler = KubeScheduler(kube_api, namespace=zone.name, metrics=metrics)
+    scheduler = KubeScheduler(
+        kube_api, namespace=zone.name, metrics=metrics, grouper=PodGroupController(kube_api)
+    )
     scheduler.start()
     try:
         zone.pod("refused-0", queue=queue)

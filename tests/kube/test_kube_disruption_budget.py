@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kai_ray_operators.controller import PodGroupController
 from kube_support import eventually
 from kube_zone import GROUP, Zone
 from kubernetes import client
@@ -59,7 +60,9 @@ def test_a_budget_blocks_the_reclaim_and_the_reclaimer_says_which(kube_api: Any,
         ),
     )
     metrics = SchedulerMetrics()
-    scheduler = KubeScheduler(kube_api, namespace=zone.name, metrics=metrics)
+    scheduler = KubeScheduler(
+        kube_api, namespace=zone.name, metrics=metrics, grouper=PodGroupController(kube_api)
+    )
     scheduler.start()
     try:
         victims = {f"b-{index}" for index in range(8)}

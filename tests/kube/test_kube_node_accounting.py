@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kai_ray_operators.controller import PodGroupController
 from kube_support import eventually
 from kube_zone import GROUP, Zone
 from kubernetes import client
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.kube
 
 @pytest.fixture
 def scheduler(kube_api: Any, zone: Zone) -> Iterator[KubeScheduler]:
-    running = KubeScheduler(kube_api, namespace=zone.name)
+    running = KubeScheduler(kube_api, namespace=zone.name, grouper=PodGroupController(kube_api))
     running.start()
     try:
         yield running

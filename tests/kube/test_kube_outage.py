@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kai_ray_operators.controller import PodGroupController
 from kube_proxy import FlakyProxy
 from kube_serve import Serve, lease_holder, wait_until
 from kube_zone import Zone
@@ -127,7 +128,8 @@ def test_a_stop_before_the_first_sync_is_honoured_at_once(
     proxy.down()  # the cache can never list anything
     configuration = kube_cluster.configuration()
     configuration.host = f"https://127.0.0.1:{proxy.port}"
-    scheduler = KubeScheduler(FencedApiClient(configuration))
+    api = FencedApiClient(configuration)
+    scheduler = KubeScheduler(api, grouper=PodGroupController(api))
     stop = threading.Event()
     outcome: list[RunOutcome] = []
     runner = threading.Thread(target=lambda: outcome.append(scheduler.run(stop)), daemon=True)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kai_ray_operators.controller import PodGroupController
 from kube_support import eventually, queue_body
 from kubernetes import client
 
@@ -143,7 +144,7 @@ def check_evictions(
 
 def test_a_pending_pod_of_an_under_quota_queue_reclaims_one_gpu(kube_api: Any, zone: str) -> None:
     core = client.CoreV1Api(kube_api)
-    scheduler = KubeScheduler(kube_api, namespace=zone)
+    scheduler = KubeScheduler(kube_api, namespace=zone, grouper=PodGroupController(kube_api))
     scheduler.start()
     try:
         before = fill_with_queue_a(kube_api, scheduler, zone)
@@ -173,7 +174,7 @@ def test_a_pending_pod_of_an_under_quota_queue_reclaims_one_gpu(kube_api: Any, z
 def test_a_gang_of_an_under_quota_queue_reclaims_room_for_all_its_pods(kube_api: Any, zone: str) -> None:
     core = client.CoreV1Api(kube_api)
     custom = client.CustomObjectsApi(kube_api)
-    scheduler = KubeScheduler(kube_api, namespace=zone)
+    scheduler = KubeScheduler(kube_api, namespace=zone, grouper=PodGroupController(kube_api))
     scheduler.start()
     try:
         before = fill_with_queue_a(kube_api, scheduler, zone)

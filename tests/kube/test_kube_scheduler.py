@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kai_ray_operators.controller import PodGroupController
 from kube_support import eventually
 from kube_zone import Zone
 from kubernetes import client
@@ -56,7 +57,7 @@ def test_quickstart_like_cluster_binds_what_fits_and_explains_the_rest(kube_api:
     zone.pod("half", queue=leaf, gpus=0, annotations={"gpu-fraction": "0.5"})
     zone.pod("cpu-only", queue=leaf, gpus=0)
 
-    scheduler = KubeScheduler(kube_api, namespace=namespace)
+    scheduler = KubeScheduler(kube_api, namespace=namespace, grouper=PodGroupController(kube_api))
     scheduler.start()
     try:
         fits = ["gang-0", "gang-1", "gang-2", "gang-3", "single-0", "single-1", "half", "cpu-only"]
@@ -84,14 +85,14 @@ def test_a_restarted_scheduler_never_binds_a_pod_twice(kube_api: Any, zone: Zone
     namespace, leaf = zone.name, zone.queues[-1]
     for index in range(6):
         zone.pod(f"p-{index}", queue=leaf, gpus=2)
-    first = KubeScheduler(kube_api, namespace=namespace)
+    first = KubeScheduler(kube_api, namespace=namespace, grouper=PodGroupController(kube_api))
     first.start()
     try:
         first.run_cycle()
     finally:
         first.stop()
     placed = {name: p.spec.node_name for name, p in pods_by_name(kube_api, namespace).items()}
-    second = KubeScheduler(kube_api, namespace=namespace)
+    second = KubeScheduler(kube_api, namespace=namespace, grouper=PodGroupController(kube_api))
     second.start()
     try:
         for _ in range(3):

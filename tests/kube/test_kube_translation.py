@@ -5,9 +5,10 @@ bare pods relying on the `project` label and on annotations KAI's grouper
 ignores, another scheduler's pod, a pod whose queue is gone) is converted twice:
 as manifests, the way `kai-ray simulate` reads a directory, and after being
 applied to a real API server and read back through the informer cache, the way
-`kai-ray serve` sees a cluster (its grouper first gives the bare pods their
-PodGroups).  The two cluster states must be equal, up to what only a live
-cluster has (uids in generated names, creation times, the clock).
+`kai-ray serve` sees a cluster (its podgrouper first gives the bare pods their
+PodGroups; the simulator's is the same code, run in memory).  The two cluster
+states must be equal, up to what only a live cluster has (uids in generated
+names, creation times, the clock).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
+from kai_ray_operators.controller import PodGroupController
+from kai_ray_operators.manifests import prepare_manifests
 from kubernetes import client
 
-from kai_ray.api import load_manifest_text
+from kai_ray.api import SourcedObject, load_sourced_objects
 from kai_ray.cluster.kube.cache import ClusterCache
-from kai_ray.cluster.kube.grouper import ensure_pod_groups
 from kai_ray.cluster.kube.snapshot import snapshot
+from kai_ray.cluster.kube.status import EventWriter
 from kai_ray.convert import cluster_from_manifest_set
 from kai_ray.model.objects import ClusterState, HeldPod, JobSpec, TaskSpec
 
@@ -198,7 +200,8 @@ def as_manifests(made: list[dict[str, Any]]) -> ClusterState:
     for obj in made:
         if obj["kind"] == "Pod" and obj["spec"].get("nodeName"):
             obj["status"] = {"phase": "Running"}
-    state, _ = cluster_from_manifest_set(load_manifest_text(yaml.safe_dump_all(made), "manifests.yaml"))
+    prepared = prepare_manifests([SourcedObject("manifests.yaml", 0, obj) for obj in made])
+    state, _ = cluster_from_manifest_set(load_sourced_objects(prepared.documents))
     return state
 
 
@@ -210,7 +213,7 @@ def as_served(kube_api: Any, namespace: str) -> ClusterState:
         assert cache.wait_until(
             lambda: len(cache.objects("Pod")) == 7 and len(cache.objects("ForeignPod")) == 1, TIMEOUT
         )
-        grouped = ensure_pod_groups(kube_api, cache)
+        grouped = PodGroupController(kube_api).group(cache, EventWriter(kube_api))
         assert len(grouped.created) == 2 and not grouped.failed
         state, _ = snapshot(cache)
     return state
@@ -226,8 +229,8 @@ def comparable(state: ClusterState, namespace: str) -> dict[str, Any]:
 
     def job(spec: JobSpec) -> tuple[str, JobSpec]:
         tasks = sorted((task(t) for t in spec.tasks), key=lambda t: t.name)
-        # A bare pod's PodGroup is pg-<pod>-<uid> on a cluster, the pod's name in manifests.
-        name = tasks[0].name if spec.name.startswith("pg-") or spec.name == tasks[0].name else spec.name
+        # A bare pod's PodGroup is pg-<pod>-<uid>: the API server's uid, or a stable one in manifests.
+        name = tasks[0].name if spec.name.startswith("pg-") else spec.name
         return name, dataclasses.replace(spec, name=name, created=0.0, tasks=tasks)
 
     def held(pod: HeldPod) -> tuple[str, HeldPod]:

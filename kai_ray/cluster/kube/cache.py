@@ -243,6 +243,21 @@ class ClusterCache:
                 self._cond.wait(left)
             return True
 
+    def sync_or_stop(self, stop: threading.Event | None, give_up_after: float) -> bool:
+        """Wait for the first full list of every kind; False if `stop` was set meanwhile.
+
+        After `give_up_after` seconds it returns True with what it has (a kind the API
+        server cannot list must not keep every other kind's work from starting), and says so.
+        """
+        deadline = time.monotonic() + give_up_after
+        while not self.wait_synced(0.2):
+            if stop is not None and stop.is_set():
+                return False
+            if time.monotonic() > deadline:
+                log.warning("cluster cache not synced after %ss; going on with what it has", give_up_after)
+                break
+        return True
+
     def wait_changed(self, since: int, timeout: float) -> int:
         """Block until `generation` differs from `since` (or the timeout); returns the generation.
 

@@ -42,8 +42,10 @@ _CALL_TIMEOUT = (2.0, 3.0)
 """(connect, read) seconds for one lease call: several fit in a renew deadline."""
 
 
-def lease_name(scheduler_name: str) -> str:
-    return f"kai-ray-{scheduler_name}"
+def lease_name(scheduler_name: str, component: str = "") -> str:
+    """One Lease per scheduler name and component: two schedulers, or a scheduler and its
+    standalone podgrouper, never contend for one lease."""
+    return f"kai-ray-{scheduler_name}-{component}" if component else f"kai-ray-{scheduler_name}"
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,14 @@ class LeaderElector:
 
     def wait_acquired(self, timeout: float) -> bool:
         return self._acquired.wait(timeout)
+
+    def lead(self, stop: threading.Event) -> bool:
+        """Run the elector on its own thread and wait until it leads; False when stopped first."""
+        threading.Thread(target=self.run, args=(stop,), name="kai-leader", daemon=True).start()
+        while not self.wait_acquired(0.2):
+            if stop.is_set():
+                return False
+        return True
 
     # ---------------------------------------------------------------- one attempt
     def try_acquire_or_renew(self) -> bool:

@@ -1,8 +1,9 @@
-"""Exactly what `kai-ray serve` may do on the API server, and a start-up check that it can.
+"""Exactly what `kai-ray serve` and `kai-ray podgrouper` may do on the API server, and a
+start-up check that they can.
 
-The list is the single source for three things that must agree: the RBAC
-manifest shipped in `examples/rbac/serve-rbac.yaml` (a test holds that it
-grants these and nothing more), the table in docs/kubernetes.md, and the
+The lists are the single source for three things that must agree: the RBAC
+manifests shipped in `examples/rbac/` (a test holds that they grant these and
+nothing more), the table in docs/kubernetes.md, and the
 check `serve` runs before it starts, so a missing rule is one clear line at
 start-up instead of a 403 on every cycle.
 """
@@ -15,7 +16,15 @@ from typing import Any
 
 from kubernetes import client
 
-__all__ = ["CLUSTER_PERMISSIONS", "LEASE_PERMISSIONS", "Permission", "missing_permissions"]
+__all__ = [
+    "CLUSTER_PERMISSIONS",
+    "LEASE_PERMISSIONS",
+    "OWNER_READ_PERMISSIONS",
+    "PODGROUPER_PERMISSIONS",
+    "SCHEDULER_PERMISSIONS",
+    "Permission",
+    "missing_permissions",
+]
 
 
 @dataclass(frozen=True)
@@ -37,8 +46,8 @@ def _each(group: str, resource: str, verbs: Iterable[str], subresource: str = ""
 
 _SCHEDULING = "scheduling.run.ai"
 
-CLUSTER_PERMISSIONS: tuple[Permission, ...] = (
-    # Pods: the cache (ours and other schedulers' on nodes), the grouper's annotation, the binder.
+SCHEDULER_PERMISSIONS: tuple[Permission, ...] = (
+    # Pods: the cache (ours and other schedulers' on nodes), node-pool and GPU-group labels, the binder.
     *_each("", "pods", ("get", "list", "watch", "patch")),
     *_each("", "pods", ("create",), "binding"),
     *_each("", "pods", ("create",), "eviction"),
@@ -49,12 +58,72 @@ CLUSTER_PERMISSIONS: tuple[Permission, ...] = (
     *_each("kai.scheduler", "topologies", ("list", "watch")),
     *_each(_SCHEDULING, "queues", ("list", "watch")),
     *_each(_SCHEDULING, "queues", ("patch",), "status"),
-    *_each(_SCHEDULING, "podgroups", ("get", "list", "watch", "create", "patch")),
+    *_each(_SCHEDULING, "podgroups", ("get", "list", "watch", "patch")),
     *_each(_SCHEDULING, "podgroups", ("patch",), "status"),
     *_each(_SCHEDULING, "bindrequests", ("get", "list", "watch", "create", "delete")),
     *_each(_SCHEDULING, "bindrequests", ("patch",), "status"),
 )
-"""Granted cluster-wide (a ClusterRole): the scheduler reads and writes in every namespace."""
+"""The scheduling loop alone (`serve --no-podgrouper`), granted cluster-wide (a ClusterRole)."""
+
+PODGROUPER_PERMISSIONS: tuple[Permission, ...] = (
+    # Pods: its cache, and the patch linking each pod to its PodGroup.
+    *_each("", "pods", ("get", "list", "watch", "patch")),
+    *_each("", "events", ("create",)),
+    *_each("scheduling.k8s.io", "priorityclasses", ("list", "watch")),
+    *_each(_SCHEDULING, "podgroups", ("get", "list", "watch", "create", "update")),
+)
+"""The podgrouper (in `serve`, or alone as `kai-ray podgrouper`), granted cluster-wide."""
+
+_OWNER_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("", ("replicationcontrollers",)),
+    ("apps", ("deployments", "replicasets", "statefulsets")),
+    ("batch", ("jobs", "cronjobs")),
+    ("ray.io", ("rayclusters", "rayjobs", "rayservices")),
+    (
+        "kubeflow.org",
+        ("pytorchjobs", "mpijobs", "tfjobs", "xgboostjobs", "jaxjobs", "notebooks", "scheduledworkflows"),
+    ),
+    ("trainer.kubeflow.org", ("trainjobs",)),
+    ("argoproj.io", ("workflows",)),
+    ("jobset.x-k8s.io", ("jobsets",)),
+    ("leaderworkerset.x-k8s.io", ("leaderworkersets",)),
+    ("serving.knative.dev", ("services", "configurations", "revisions")),
+    ("grove.io", ("podcliquesets", "podgangsets", "podcliques", "podcliquescalinggroups")),
+    ("scheduler.grove.io", ("podgangs",)),
+    ("tekton.dev", ("pipelineruns", "taskruns")),
+    ("machinelearning.seldon.io", ("seldondeployments",)),
+    ("kubevirt.io", ("virtualmachines", "virtualmachineinstances")),
+    ("workspace.devfile.io", ("devworkspaces",)),
+    ("amlarc.azureml.com", ("amljobs",)),
+    ("egx.nvidia.io", ("spotrequests",)),
+    (
+        "run.ai",
+        (
+            "runaijobs",
+            "trainingworkloads",
+            "interactiveworkloads",
+            "distributedworkloads",
+            "inferenceworkloads",
+            "distributedinferenceworkloads",
+            "kartas",
+        ),
+    ),
+)
+
+OWNER_READ_PERMISSIONS: tuple[Permission, ...] = tuple(
+    permission
+    for group, resources in _OWNER_KINDS
+    for resource in resources
+    for permission in _each(group, resource, ("get", "list"))
+)
+"""What the podgrouper reads to find a pod's workload (KAI's owner kinds).  Optional: without
+one, the owner chain stops at the last readable owner (spec/integrations.md §1.2), so that
+kind's pods are grouped by what is below it; start-up says which kinds it cannot read."""
+
+CLUSTER_PERMISSIONS: tuple[Permission, ...] = tuple(
+    dict.fromkeys((*SCHEDULER_PERMISSIONS, *PODGROUPER_PERMISSIONS, *OWNER_READ_PERMISSIONS))
+)
+"""`kai-ray serve` with its in-process podgrouper (the default): the three sets above."""
 
 LEASE_PERMISSIONS: tuple[Permission, ...] = tuple(
     _each("coordination.k8s.io", "leases", ("get", "create", "update"))
@@ -62,14 +131,19 @@ LEASE_PERMISSIONS: tuple[Permission, ...] = tuple(
 """Granted in the lease namespace only (a Role)."""
 
 
-def missing_permissions(api: Any, lease_namespace: str) -> list[Permission]:
-    """The permissions this identity lacks, asked of the API server (SelfSubjectAccessReview).
+def missing_permissions(
+    api: Any, cluster: Iterable[Permission], lease_namespace: str | None = None
+) -> list[Permission]:
+    """The permissions this identity lacks, asked of the API server (SelfSubjectAccessReview):
+    `cluster` in every namespace, and the Lease rules in `lease_namespace` when given.
 
     `api` must not be fenced: these reviews are POSTs made before leadership exists.
     """
     review: Callable[..., Any] = client.AuthorizationV1Api(api).create_self_subject_access_review
     missing = []
-    checks = [(p, None) for p in CLUSTER_PERMISSIONS] + [(p, lease_namespace) for p in LEASE_PERMISSIONS]
+    checks: list[tuple[Permission, str | None]] = [(p, None) for p in cluster]
+    if lease_namespace is not None:
+        checks += [(p, lease_namespace) for p in LEASE_PERMISSIONS]
     for permission, namespace in checks:
         body = client.V1SelfSubjectAccessReview(
             spec=client.V1SelfSubjectAccessReviewSpec(

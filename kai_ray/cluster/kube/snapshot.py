@@ -20,7 +20,7 @@ from typing import Any
 
 from kai_ray.api import ManifestProblem
 from kai_ray.cluster.kube.cache import FOREIGN_POD, ClusterCache
-from kai_ray.convert import BarePods, cluster_from_objects
+from kai_ray.convert import cluster_from_objects
 from kai_ray.model.objects import ClusterState
 
 __all__ = ["SOURCE", "snapshot"]
@@ -47,5 +47,4 @@ def snapshot(cache: ClusterCache, now: float | None = None) -> tuple[ClusterStat
         source=SOURCE,
         now=time.time() if now is None else now,
         scheduler_name=cache.scheduler_name,
-        bare_pods=BarePods.WAIT,
     )

@@ -17,11 +17,12 @@ import dataclasses
 from collections.abc import Sequence
 
 from kai_ray.api.constants import (
+    PODGROUP_API_VERSION,
     TOPOLOGY_ANNOTATION,
     TOPOLOGY_PREFERRED_PLACEMENT_ANNOTATION,
     TOPOLOGY_REQUIRED_PLACEMENT_ANNOTATION,
 )
-from kai_ray_operators.context import PODGROUP_API_VERSION, GroupingContext
+from kai_ray_operators.context import GroupingContext
 from kai_ray_operators.errors import InvalidWorkload
 from kai_ray_operators.fields import (
     KubeObject,

@@ -1,0 +1,135 @@
+"""`kai-ray podgrouper`: the podgrouper alone, as KAI runs it (its own Deployment and Lease).
+
+Useful when the scheduler is KAI's own, or when grouping should scale or fail
+apart from scheduling. It follows only what grouping reads from a cache (our
+pods, PodGroups, PriorityClasses), wakes on any change there (at most every
+`period` seconds when nothing changes), and holds its own Lease so that two
+replicas never write the same PodGroup at once.  Exit codes are serve's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from kai_ray import __version__
+from kai_ray.cluster.kube.cache import ClusterCache
+from kai_ray.cluster.kube.fence import NotLeader
+from kai_ray.cluster.kube.grouping import PodGrouper, log_grouping
+from kai_ray.cluster.kube.leader import LeaderElector, LeaseTiming, lease_name
+from kai_ray.cluster.kube.permissions import OWNER_READ_PERMISSIONS, PODGROUPER_PERMISSIONS
+from kai_ray.cluster.kube.status import EventWriter, api_error_message
+from kai_ray.server.logs import configure_logging
+from kai_ray.server.scheduler import API_FAILURES, CACHE_SYNC_TIMEOUT_SECONDS, EVENT_FLUSH_SECONDS
+from kai_ray.server.serve import (
+    EXIT_CLUSTER,
+    EXIT_STOPPED,
+    GrouperFactory,
+    ServeError,
+    connect,
+    stop_on_signals,
+)
+
+__all__ = ["PODGROUPER_KINDS", "GroupingLoop", "PodGrouperOptions", "run_podgrouper"]
+
+log = logging.getLogger(__name__)
+
+PODGROUPER_KINDS: Final = ("Pod", "PodGroup", "PriorityClass")
+"""What the podgrouper's cache follows; owners are read through its own short-lived cache."""
+LEASE_COMPONENT: Final = "podgrouper"
+
+
+@dataclass(frozen=True)
+class PodGrouperOptions:
+    kubeconfig: Path | None
+    scheduler_name: str = "kai-scheduler"
+    period: float = 1.0
+    """Seconds between passes when the cache shows no change."""
+    lease_namespace: str = "default"
+    identity: str | None = None
+    lease_timing: LeaseTiming = field(default_factory=LeaseTiming)
+
+
+def run_podgrouper(options: PodGrouperOptions, make_grouper: GrouperFactory) -> int:
+    """Group pods until SIGTERM/SIGINT (exit 0) or lost leadership (exit 1)."""
+    configure_logging()
+    try:
+        connection = connect(
+            options.kubeconfig,
+            options.lease_namespace,
+            lease_name(options.scheduler_name, LEASE_COMPONENT),
+            options.identity,
+            options.lease_timing,
+            PODGROUPER_PERMISSIONS,
+            OWNER_READ_PERMISSIONS,
+        )
+    except ServeError as error:
+        log.error("%s", error)
+        return error.exit_code
+    stop = stop_on_signals()
+    log.info(
+        "kai-ray %s podgrouper as %s (scheduler %s)", __version__, connection.identity, options.scheduler_name
+    )
+    loop = GroupingLoop(connection.api, make_grouper(connection.api), options.scheduler_name)
+    if loop.run(stop, options.period, connection.elector):
+        log.error("exiting: leadership was lost; another replica groups pods now")
+        return EXIT_CLUSTER
+    return EXIT_STOPPED
+
+
+class GroupingLoop:
+    """Grouping passes over a cache of what grouping reads, one per change (or per period)."""
+
+    def __init__(
+        self, api: Any, grouper: PodGrouper, scheduler_name: str, namespace: str | None = None
+    ) -> None:
+        self.grouper = grouper
+        self.cache = ClusterCache(
+            api, scheduler_name=scheduler_name, namespace=namespace, kinds=PODGROUPER_KINDS
+        )
+        self.events = EventWriter(api, component=f"{scheduler_name}-podgrouper", background=True)
+
+    def run(self, stop: threading.Event, period: float, elector: LeaderElector | None = None) -> bool:
+        """Pass after pass until `stop`; True when it ended because leadership was lost.
+
+        A pass that fails on the API server is one line; the next starts from the cache as it is then.
+        """
+        self.cache.start()
+        lost = False
+        try:
+            if not self.cache.sync_or_stop(stop, CACHE_SYNC_TIMEOUT_SECONDS):
+                return False
+            if elector is not None and not elector.lead(stop):
+                return False
+            seen = -1
+            while not stop.is_set():
+                if elector is not None and not elector.leadership.is_leader():
+                    lost = True
+                    break
+                seen = self.cache.wait_changed(seen, period)
+                self.run_pass()
+        finally:
+            if elector is not None and not lost:
+                elector.release()
+            self.cache.stop()
+            self.events.close(EVENT_FLUSH_SECONDS)
+        return lost
+
+    def run_pass(self) -> None:
+        try:
+            log_grouping(self.grouper.group(self.cache, self.events))
+        except NotLeader:
+            log.error("grouping pass stopped: this replica is no longer the leader")
+            return
+        except API_FAILURES as error:
+            log.warning("grouping pass failed, the next starts from the cache: %s", api_error_message(error))
+            return
+        pods = {
+            (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+            for meta in ((pod.get("metadata") or {}) for pod in self.cache.objects("Pod"))
+        }
+        self.grouper.forget(pods)
+        self.events.forget({("Pod", namespace, name) for namespace, name in pods})

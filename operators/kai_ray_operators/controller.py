@@ -1,0 +1,251 @@
+"""KAI's podgrouper as a pass of the scheduling loop, over the scheduler's informer cache.
+
+Each pass plans every pod of ours that has no PodGroup yet, and re-plans a
+linked pod once its last plan is `refresh_seconds` old, so a workload whose
+spec changed (a Ray worker group scaled, a new gang size) reaches its PodGroup
+without a write per pod per cycle (KAI re-plans on every pod event).  Planning
+is pure (`plan_pod`) over a `ClusterReader`; pods of one workload share one
+PodGroup, which is created or brought up to date once per pass (§1.6), then
+each pod is linked to it (`pod-group-name`, leaf SubGroup label).  A pod that
+cannot be grouped gets a `PodGrouperWarning` Event and stays ungrouped: it is
+never scheduled under a guessed PodGroup, and every other pod goes on.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kai_ray.api.constants import POD_GROUP_NAME_ANNOTATION
+from kai_ray.cluster.kube.cache import RESOURCES, ClusterCache
+from kai_ray.cluster.kube.grouping import PODGROUPER_WARNING, GroupingResult
+from kai_ray.cluster.kube.status import MERGE_PATCH, EventWriter, ObjectRef, api_error_message, run_bounded
+from kai_ray_operators.cluster_reader import ClusterReader
+from kai_ray_operators.config import GroupingConfig
+from kai_ray_operators.errors import GroupingError
+from kai_ray_operators.fields import KubeObject, annotations_of
+from kai_ray_operators.pipeline import PodPlan, plan_pod
+from kai_ray_operators.wire import build_pod_group, merge_pod_group
+
+__all__ = ["PodGroupController"]
+
+log = logging.getLogger(__name__)
+
+_PODGROUP = RESOURCES["PodGroup"]
+
+
+@dataclass
+class _Planned:
+    pod: KubeObject
+    plan: PodPlan
+
+
+class PodGroupController:
+    """Implements the scheduler's `PodGrouper`; one per process (it remembers what it planned)."""
+
+    def __init__(
+        self,
+        api: Any,
+        config: GroupingConfig | None = None,
+        *,
+        concurrency: int = 16,
+        refresh_seconds: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._api = api
+        self._config = config or GroupingConfig()
+        self._custom = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
+        self._concurrency = concurrency
+        self._refresh = refresh_seconds
+        self._clock = clock
+        self._reader: ClusterReader | None = None
+        self._planned_at: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- the PodGrouper protocol
+    def group(self, cache: ClusterCache, events: EventWriter) -> GroupingResult:
+        reader = self._reader_for(cache)
+        reader.prune()
+        result = GroupingResult()
+        planned: list[_Planned] = []
+        for pod in cache.objects("Pod"):
+            if not self._due(pod):
+                continue
+            try:
+                plan = plan_pod(reader, self._config, pod)
+            except GroupingError as error:
+                if not (pod.get("metadata") or {}).get("deletionTimestamp"):  # KAI: a leaving pod needs none
+                    self._refuse(pod, str(error), events, result)
+                continue
+            except (KeyError, TypeError, ValueError, AttributeError) as error:
+                # A shape no plugin expected is a bug of ours, but only this pod pays for it.
+                log.exception("grouping pod %s/%s failed", *_pod_key(pod), extra={"repeat_key": "bug"})
+                self._refuse(pod, f"cannot group this pod: {type(error).__name__}: {error}", events, result)
+                continue
+            self._mark_planned(pod)
+            if plan is not None:
+                planned.append(_Planned(pod, plan))
+        outcomes = self._write_pod_groups(cache, planned, result)
+        links = []
+        for item in planned:
+            refused = outcomes.get(_key_of(item.plan))
+            if refused is not None:
+                self._forget_plan(item.pod)
+                self._refuse(item.pod, refused, events, result)
+            elif item.plan.pod_patch is not None:
+                links.append(functools.partial(self._link, cache, item, result))
+        run_bounded(links, self._concurrency)
+        return result
+
+    def forget(self, pods: Collection[tuple[str, str]]) -> None:
+        with self._lock:
+            for key in [k for k in self._planned_at if k not in pods]:
+                del self._planned_at[key]
+
+    def tracked(self) -> dict[str, int]:
+        with self._lock:
+            planned = len(self._planned_at)
+        return {
+            "podgrouper_planned": planned,
+            "podgrouper_reads": self._reader.tracked() if self._reader else 0,
+        }
+
+    # ---------------------------------------------------------------- planning
+    def _reader_for(self, cache: ClusterCache) -> ClusterReader:
+        if self._reader is None:
+            self._reader = ClusterReader(self._api, cache, clock=self._clock)
+        return self._reader
+
+    def _due(self, pod: KubeObject) -> bool:
+        if POD_GROUP_NAME_ANNOTATION not in annotations_of(pod):
+            return True
+        with self._lock:
+            last = self._planned_at.get(_pod_key(pod))
+        return last is None or self._clock() - last >= self._refresh
+
+    def _mark_planned(self, pod: KubeObject) -> None:
+        with self._lock:
+            self._planned_at[_pod_key(pod)] = self._clock()
+
+    def _forget_plan(self, pod: KubeObject) -> None:
+        with self._lock:
+            self._planned_at.pop(_pod_key(pod), None)
+
+    def _refuse(self, pod: KubeObject, reason: str, events: EventWriter, result: GroupingResult) -> None:
+        namespace, name = _pod_key(pod)
+        result.failed.append((f"{namespace}/{name}", reason))
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        try:
+            events.record(
+                ObjectRef.pod(namespace, name, uid), "Warning", PODGROUPER_WARNING, reason, dedupe=True
+            )
+        except Exception as error:  # the pod stays ungrouped and is retried next pass anyway
+            log.warning("cannot record event on pod %s/%s: %s", namespace, name, api_error_message(error))
+
+    # ---------------------------------------------------------------- writing
+    def _write_pod_groups(
+        self, cache: ClusterCache, planned: list[_Planned], result: GroupingResult
+    ) -> dict[tuple[str, str], str | None]:
+        """Create or update each planned PodGroup once: per key, None when it is now as desired,
+        else why the API server refused it.  Connection loss and `NotLeader` propagate: the
+        whole pass ends, as a scheduling cycle does, and the next one starts over."""
+        desired: dict[tuple[str, str], dict[str, Any]] = {}
+        for item in planned:
+            # The last pod's plan wins, as KAI's podgrouper ends on the last pod event it handles.
+            desired[_key_of(item.plan)] = build_pod_group(item.plan.metadata)
+        outcomes: dict[tuple[str, str], str | None] = {}
+        lock = threading.Lock()
+
+        def write(key: tuple[str, str], body: dict[str, Any]) -> None:
+            outcome = self._apply(cache, key, body, result)
+            with lock:
+                outcomes[key] = outcome
+
+        run_bounded(
+            [functools.partial(write, key, body) for key, body in sorted(desired.items())], self._concurrency
+        )
+        return outcomes
+
+    def _apply(
+        self, cache: ClusterCache, key: tuple[str, str], body: dict[str, Any], result: GroupingResult
+    ) -> str | None:
+        namespace, name = key
+        existing: dict[str, Any] | None = cache.get("PodGroup", namespace, name)
+        if existing is None:
+            try:
+                created = cast(
+                    dict[str, Any],
+                    self._custom.create_namespaced_custom_object(
+                        _PODGROUP.group, _PODGROUP.version, namespace, _PODGROUP.plural, body
+                    ),
+                )
+            except ApiException as error:
+                if error.status != 409:
+                    return f"cannot create PodGroup {namespace}/{name}: {api_error_message(error)}"
+                existing = cast(  # made meanwhile, or by a replica whose cache we have not seen
+                    dict[str, Any],
+                    self._custom.get_namespaced_custom_object(
+                        _PODGROUP.group, _PODGROUP.version, namespace, _PODGROUP.plural, name
+                    ),
+                )
+            else:
+                cache.observe("PodGroup", created)
+                result.created.append(f"{namespace}/{name}")
+                return None
+        update = merge_pod_group(existing, body, self._config)
+        if not update.changed:
+            return None
+        try:
+            replaced = cast(
+                dict[str, Any],
+                self._custom.replace_namespaced_custom_object(
+                    _PODGROUP.group, _PODGROUP.version, namespace, _PODGROUP.plural, name, update.pod_group
+                ),
+            )
+        except ApiException as error:
+            if error.status == 409:  # changed meanwhile: the pods keep their link, the next pass merges
+                return None
+            return f"cannot update PodGroup {namespace}/{name}: {api_error_message(error)}"
+        cache.observe("PodGroup", replaced)
+        result.updated.append(f"{namespace}/{name}")
+        return None
+
+    def _link(self, cache: ClusterCache, item: _Planned, result: GroupingResult) -> None:
+        namespace, name = _pod_key(item.pod)
+        patch: Mapping[str, Any] = item.plan.pod_patch or {}
+        meta = dict(patch.get("metadata") or {})
+        # The uid makes the patch fail rather than link a new pod that reuses the name.
+        meta["uid"] = (item.pod.get("metadata") or {}).get("uid")
+        try:
+            response: Any = self._core.patch_namespaced_pod(
+                name,
+                namespace,
+                {**patch, "metadata": meta},
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+            )
+        except ApiException as error:
+            if error.status not in (404, 409, 422):  # gone or replaced: it needs no group
+                log.warning("cannot link pod %s/%s: %s", namespace, name, api_error_message(error))
+            return
+        cache.observe("Pod", cast(dict[str, Any], json.loads(response.data)))
+        result.annotated.append(f"{namespace}/{name}")
+
+
+def _pod_key(pod: KubeObject) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _key_of(plan: PodPlan) -> tuple[str, str]:
+    return plan.metadata.namespace, plan.metadata.name
