@@ -26,13 +26,13 @@ STATUS_STYLE = {
 }
 
 
-_UID_SUFFIX = re.compile(r"-([0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_UID = re.compile(r"\b([0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 
 
 def short_name(name: str) -> str:
     """A PodGroup name with its owner's uid cut to 8 characters (`pg-train-1b4e28ba…`): KAI's
-    podgrouper names PodGroups `pg-<owner>-<uid>`, and the table has room for the owner."""
-    return _UID_SUFFIX.sub(r"-\1…", name)
+    podgrouper names PodGroups `pg-<owner>-<uid>[-group-<i>]`, and the table has room for the owner."""
+    return _UID.sub(r"\1…", name)
 
 
 def _amount(value: float, unit: str) -> str:

@@ -282,7 +282,9 @@ def _with_identity(document: SourcedObject, position: int) -> SourcedObject:
     if _namespaced(kind) and not meta.get("namespace"):
         meta["namespace"] = DEFAULT_NAMESPACE
     if not meta.get("name") and isinstance(meta.get("generateName"), str) and meta["generateName"]:
-        meta["name"] = generated_name(meta["generateName"], f"{document.file}#{position}")
+        # Seeded by the file's name and the object's place among all objects, not by the path
+        # as typed, so `simulate dir` and `simulate ./dir/` name it alike.
+        meta["name"] = generated_name(meta["generateName"], f"{Path(document.file).name}#{position}")
     if not meta.get("uid") and isinstance(meta.get("name"), str):
         meta["uid"] = stable_uid(
             str(data.get("apiVersion") or ""), kind, str(meta.get("namespace") or ""), meta["name"]
