@@ -28,11 +28,15 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import os
+import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+import yaml
 
 from kai_ray.devcluster.binaries import DevClusterError, build_operators, repo_root, require_binaries
 from kai_ray.devcluster.control_plane import DevCluster, _http_ok
@@ -50,17 +54,20 @@ from kai_ray.devcluster.seeding import create_ignoring_conflict, install_crds
 
 __all__ = [
     "KUBERAY",
+    "MPIJOB_CRD",
     "TRAINING_OPERATOR",
     "TRAINING_OPERATOR_NAMESPACE",
     "OperatorProcess",
+    "install_mpijob_v1_crd",
     "install_upstream_crds",
     "start_kuberay",
     "start_training_operator",
     "stop_operator",
+    "training_operator_crd_dir",
     "upstream_crd_dir",
 ]
 
-UpstreamProject = Literal["kuberay", "kubeflow"]
+UpstreamProject = Literal["kuberay", "kubeflow", "argo"]
 
 #: Process names in state.json (and log file stems); also the binaries' names.
 KUBERAY = "ray-operator"
@@ -71,6 +78,11 @@ TRAINING_OPERATOR = "training-operator"
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
 #: The Secret upstream's kustomization creates empty; the operator's cert rotator fills it.
 _WEBHOOK_SECRET = "training-operator-webhook-cert"
+#: The training-operator's Go module; its version is the one ``tools/k8s/training-operator`` pins.
+_TRAINING_OPERATOR_MODULE = "github.com/kubeflow/training-operator"
+#: One CRD name for two APIs: mpi-operator's ``kubeflow.org/v2beta1`` MPIJob (in
+#: ``../shared/crds/kubeflow``) and the training-operator's own ``kubeflow.org/v1`` one.
+MPIJOB_CRD = "mpijobs.kubeflow.org"
 #: Hard-coded in training-operator v1.8.1 (pkg/cert): where a pod mounts that Secret.  The
 #: operator waits for the certificate to appear there before it registers its controllers.
 _WEBHOOK_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
@@ -114,9 +126,67 @@ def install_upstream_crds(api: Any, project: UpstreamProject, timeout: float = 1
     """Create ``project``'s upstream CRDs (already existing ones are kept) and wait until Established.
 
     ``kuberay``: RayCluster, RayJob, RayService.  ``kubeflow``: PyTorchJob (kubeflow.org/v1),
-    MPIJob (mpi-operator's kubeflow.org/v2beta1) and TrainJob.  Returns the CRD names.
+    MPIJob (mpi-operator's kubeflow.org/v2beta1) and TrainJob.  ``argo``: Workflow and
+    WorkflowTaskResult (no Argo controller is built here).  Returns the CRD names.
     """
     return install_crds(api, upstream_crd_dir(project), timeout=timeout)
+
+
+def training_operator_crd_dir(root: Path | None = None) -> Path:
+    """``manifests/base/crds`` of the training-operator's Go module, the version ``tools/k8s`` pins.
+
+    The operator's own CRDs (PyTorchJob, TFJob, MPIJob v1, ...), found in the Go module cache
+    the operator was built from by ``go list -m`` in the wrapper module (no download).  Only
+    here is the ``kubeflow.org/v1`` MPIJob CRD: ``../shared/crds/kubeflow`` has mpi-operator's
+    ``kubeflow.org/v2beta1`` under the same name.
+    """
+    root = repo_root() if root is None else root
+    wrapper = root / "tools" / "k8s" / "training-operator"
+    argv = ["go", "list", "-mod=readonly", "-m", "-f", "{{.Dir}}", _TRAINING_OPERATOR_MODULE]
+    try:
+        proc = subprocess.run(argv, cwd=wrapper, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DevClusterError(f"cannot ask Go where {_TRAINING_OPERATOR_MODULE} is: {exc}") from exc
+    module_dir = proc.stdout.strip()
+    path = Path(module_dir) / "manifests" / "base" / "crds"
+    if proc.returncode != 0 or not module_dir or not path.is_dir():
+        found = proc.stderr.strip() or f"no {path}"
+        raise DevClusterError(
+            f"the training-operator's CRDs are not in the Go module cache ({found}); "
+            "`make kube-bins` downloads its module"
+        )
+    return path
+
+
+def install_mpijob_v1_crd(api: Any, timeout: float = 120.0) -> str:
+    """Create the training-operator's ``kubeflow.org/v1`` MPIJob CRD and wait until Established.
+
+    ``start_training_operator(..., schemes=("mpijob", ...))`` needs it, and keeps CRDs that
+    already exist, so install this first.  Its name is also mpi-operator's, whose v2beta1 CRD
+    ``install_upstream_crds(api, "kubeflow")`` installs: a cluster serves one or the other.
+    An existing ``mpijobs.kubeflow.org`` that does not serve v1 is a ``DevClusterError``,
+    never replaced (deleting a CRD deletes every object of it).  Returns the CRD name.
+    """
+    from kubernetes import client
+
+    ext: Any = client.ApiextensionsV1Api(api)  # typed for model objects; a plain dict body is fine
+    body = yaml.safe_load((training_operator_crd_dir() / "kubeflow.org_mpijobs.yaml").read_text())
+    create_ignoring_conflict(functools.partial(ext.create_custom_resource_definition, body=body))
+    crd = ext.read_custom_resource_definition(MPIJOB_CRD)
+    served = sorted(version.name for version in crd.spec.versions if version.served)
+    if "v1" not in served:
+        raise DevClusterError(
+            f"CRD {MPIJOB_CRD} already exists and serves {', '.join(served)}, not the "
+            "training-operator's v1: one cluster can hold only one MPIJob API"
+        )
+
+    def established() -> bool | None:
+        status = ext.read_custom_resource_definition(MPIJOB_CRD).status
+        conditions = (status.conditions if status else None) or []
+        return True if any(c.type == "Established" and c.status == "True" for c in conditions) else None
+
+    wait_until(f"CRD {MPIJOB_CRD} Established", established, timeout)
+    return MPIJOB_CRD
 
 
 def start_kuberay(
@@ -165,8 +235,9 @@ def start_training_operator(
 
     ``schemes`` are its ``--enable-scheme`` values.  Only PyTorchJob by default: its other
     kinds (TFJob, MPIJob v1, ...) have no CRD here and a controller without its CRD makes the
-    operator exit.  No gang scheduler is set, so it creates no PodGroups (KAI's podgrouper
-    makes them); pods get the ``schedulerName`` of their replica templates.
+    operator exit (for ``mpijob``, call ``install_mpijob_v1_crd`` first).  No gang scheduler is
+    set, so it creates no PodGroups (KAI's podgrouper makes them); pods get the
+    ``schedulerName`` of their replica templates.
 
     Out of a pod, the operator's webhook set-up needs what its Deployment provides: the
     ``kubeflow`` namespace with an empty ``training-operator-webhook-cert`` Secret (its cert
