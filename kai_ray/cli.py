@@ -118,8 +118,11 @@ def _simulate(
 
     config = _scheduler_config(config_file)
     state, problems = cluster_from_workload_manifests(path)
-    if problems:
-        _fail([str(p) for p in problems])
+    for notice in (p for p in problems if p.warning):
+        typer.echo(f"warning: {notice}", err=True)
+    errors = [str(p) for p in problems if not p.warning]
+    if errors:
+        _fail(errors)
     return SimulatedCluster(state, config, executor).run(cycles or 1)
 
 

@@ -49,6 +49,8 @@ class ManifestProblem:
     field: str = ""
     message: str = ""
     line: int | None = None
+    warning: bool = False
+    """Worth saying, but nothing was skipped (the podgrouper grouped the pod all the same)."""
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file

@@ -95,6 +95,9 @@ class PodGroupController:
             self._mark_planned(pod)
             if plan is not None:
                 planned.append(_Planned(pod, plan))
+                for notice in plan.notices:
+                    self._warn(pod, notice, events)
+                    result.noticed.append(("/".join(_pod_key(pod)), notice))
         outcomes = self._write_pod_groups(cache, planned, result)
         links = []
         for item in planned:
@@ -142,14 +145,18 @@ class PodGroupController:
             self._planned_at.pop(_pod_key(pod), None)
 
     def _refuse(self, pod: KubeObject, reason: str, events: EventWriter, result: GroupingResult) -> None:
+        result.failed.append(("/".join(_pod_key(pod)), reason))
+        self._warn(pod, reason, events)
+
+    def _warn(self, pod: KubeObject, reason: str, events: EventWriter) -> None:
+        """KAI's `PodGrouperWarning` on the pod, once per distinct message."""
         namespace, name = _pod_key(pod)
-        result.failed.append((f"{namespace}/{name}", reason))
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         try:
             events.record(
                 ObjectRef.pod(namespace, name, uid), "Warning", PODGROUPER_WARNING, reason, dedupe=True
             )
-        except Exception as error:  # the pod stays ungrouped and is retried next pass anyway
+        except Exception as error:  # best effort: the next pass says it again
             log.warning("cannot record event on pod %s/%s: %s", namespace, name, api_error_message(error))
 
     # ---------------------------------------------------------------- writing

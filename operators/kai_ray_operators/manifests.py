@@ -203,6 +203,10 @@ class _Grouping:
                 continue
             if plan is None:
                 continue
+            self._prepared.problems.extend(
+                dataclasses.replace(_problem_at(document, "", notice), warning=True)
+                for notice in plan.notices
+            )
             body = build_pod_group(plan.metadata)
             # The last pod's plan wins, as on a cluster, where each pod's event re-applies its
             # plan: a LeaderWorkerSet's workers, planned after their leader, see the whole group.

@@ -27,6 +27,8 @@ class OwnerChain:
     """The object the plugin is chosen by: the last owner read, or the pod when it has none."""
     owners: tuple[KubeObject, ...]
     """Every owner read, nearest first; empty for a pod without owners."""
+    forbidden: str | None = None
+    """The owner the walk was not allowed to read ("RayJob rj"), when a 403 ended it early."""
 
 
 def as_pod(pod: KubeObject) -> KubeObject:
@@ -64,7 +66,7 @@ def resolve_owners(reader: ObjectReader, pod: KubeObject) -> OwnerChain:
         try:
             owner = reader.get(str(ref["apiVersion"]), gvk.kind, namespace(pod), str(ref["name"]))
         except Forbidden:
-            return OwnerChain(owners[-1] if owners else pod, tuple(owners))
+            return OwnerChain(owners[-1] if owners else pod, tuple(owners), f"{gvk.kind} {ref['name']}")
         except ReadError as error:
             raise OwnerChainError(
                 describe(child), f"cannot read its owner {gvk.kind} {ref['name']}: {error.problem}"

@@ -15,7 +15,7 @@ from typing import Any
 
 from kai_ray.api.constants import POD_GROUP_NAME_ANNOTATION, SKIP_PODGROUPER_ANNOTATION
 from kai_ray_operators.config import GroupingConfig
-from kai_ray_operators.fields import GroupVersionKind, KubeObject, annotations_of, field, labels_of
+from kai_ray_operators.fields import GroupVersionKind, KubeObject, annotations_of, describe, field, labels_of
 from kai_ray_operators.hub import PLUGINS, grouping_context, plugin_id
 from kai_ray_operators.metadata import PodGroupMetadata
 from kai_ray_operators.owners import OwnerChain, resolve_owners
@@ -30,6 +30,9 @@ class PodPlan:
     metadata: PodGroupMetadata
     pod_patch: dict[str, Any] | None
     """Merge patch linking the pod to its PodGroup (and leaf SubGroup); None when it already is."""
+    notices: tuple[str, ...] = ()
+    """What the user should know although KAI groups the pod anyway: an owner it may not read
+    (the PodGroup then stands for the owner below it), a queue label the top owner's overrides."""
 
 
 def _group(
@@ -65,4 +68,18 @@ def plan_pod(reader: ObjectReader, config: GroupingConfig, pod: KubeObject) -> P
         metadata = dataclasses.replace(
             metadata, labels={**metadata.labels, config.node_pool_label_key: node_pool}
         )
-    return PodPlan(metadata, pod_patch(pod, metadata))
+    return PodPlan(metadata, pod_patch(pod, metadata), _notices(config, chain, pod))
+
+
+def _notices(config: GroupingConfig, chain: OwnerChain, pod: KubeObject) -> tuple[str, ...]:
+    notices = []
+    if chain.forbidden is not None:
+        notices.append(
+            f"may not read its owner {chain.forbidden} (403): grouped by {describe(chain.top_owner)} instead"
+        )
+    key = config.queue_label_key
+    own, top = labels_of(pod).get(key), labels_of(chain.top_owner).get(key)
+    if own is not None and top is not None and own != top and chain.owners:
+        owner = describe(chain.top_owner)
+        notices.append(f"its {key} label {own!r} differs from {top!r} on {owner}, which is the one used")
+    return tuple(notices)

@@ -131,3 +131,37 @@ def test_a_bad_scheduler_config_is_refused_with_one_line_per_problem(tmp_path: P
     assert result.exit_code == 2
     known = "allocate, consolidation, reclaim, preempt, stalegangeviction"
     assert result.stderr.strip().splitlines() == [f"{bad}: actions: unknown action 'preemt' (known: {known})"]
+
+
+CONFLICTING_QUEUES = """\
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+status: {allocatable: {cpu: "8", memory: 32Gi, nvidia.com/gpu: "1"}}
+---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: team-a}
+spec: {resources: {gpu: {quota: 1, limit: -1}, cpu: {quota: -1, limit: -1}, memory: {quota: -1, limit: -1}}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ns, labels: {kai.scheduler/queue: team-a}}
+spec:
+  template:
+    metadata: {labels: {kai.scheduler/queue: team-b}}
+    spec:
+      schedulerName: kai-scheduler
+      containers: [{name: c, resources: {limits: {nvidia.com/gpu: "1"}}}]
+"""
+
+
+def test_a_grouping_notice_is_a_warning_and_the_simulation_runs(tmp_path: Path) -> None:
+    """A pod whose queue label the Job's overrides is grouped as KAI does; the user is told."""
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(CONFLICTING_QUEUES)
+    code, out, err = run("simulate", str(manifest), "--output", "json")
+    assert code == 0, err
+    (warning,) = err.strip().splitlines()
+    assert warning.startswith(f"warning: {manifest}:11: Pod/ns/train-0: its kai.scheduler/queue label 'team-b'")
+    assert json.loads(out)["counts"]["binds"] == 1  # scheduled in team-a, the Job's queue

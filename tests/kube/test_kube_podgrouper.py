@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kai_ray_operators.controller import PodGroupController
-from kubernetes import client
+from kubernetes import client, config
 
+from kai_ray import devcluster
 from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.grouping import PODGROUPER_WARNING
 from kai_ray.cluster.kube.snapshot import snapshot
 from kai_ray.cluster.kube.status import EventWriter
+from kai_ray.devcluster import DevCluster
 
 pytestmark = pytest.mark.kube
 
@@ -336,3 +339,49 @@ def test_bad_owners_leave_their_pod_ungrouped_with_an_event_and_others_go_on(
         assert (kind, reason, message) == ("Warning", PODGROUPER_WARNING, failed[f"{ns.name}/{pod}"])
         assert "pod-group-name" not in ns.annotations(pod)
     assert [pg["metadata"]["ownerReferences"][0]["name"] for pg in ns.podgroups().values()] == ["good"]
+
+
+def test_an_owner_it_may_not_read_is_said_and_the_pod_is_grouped_below_it(
+    kube_cluster: DevCluster, kube_api: Any, ns: Namespace, tmp_path: Path
+) -> None:
+    """RBAC without Jobs: KAI groups the Job's pod on its own (a 403 ends the owner chain);
+    the pod gets a `PodGrouperWarning` saying which owner could not be read."""
+    account = "grouper-without-jobs"
+    rbac = client.RbacAuthorizationV1Api(kube_api)
+    role = f"{ns.name}-{account}"
+    rules = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list", "watch"]},
+        {
+            "apiGroups": [GROUP],
+            "resources": ["podgroups"],
+            "verbs": ["get", "list", "watch", "create", "update"],
+        },
+    ]
+    rbac.create_cluster_role({"metadata": {"name": role}, "rules": rules})
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": ns.name}
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [subject],
+        }
+    )
+    try:
+        kubeconfig = devcluster.service_account_kubeconfig(
+            kube_cluster, kube_api, ns.name, account, tmp_path / "kubeconfig"
+        )
+        restricted = config.new_client_from_config(str(kubeconfig))
+        job = ns.job("hidden", parallelism=1)
+        pod = ns.pod("hidden-0", owners=[job])
+        with cache_of(restricted, ns.name, kinds=("Pod", "PodGroup", "PriorityClass")) as cache:
+            see_pods(cache, 1)
+            result = PodGroupController(restricted).group(cache, EventWriter(restricted))
+        notice = f"may not read its owner Job hidden (403): grouped by Pod {ns.name}/hidden-0 instead"
+        assert result.noticed == [(f"{ns.name}/hidden-0", notice)] and result.failed == []
+        assert list(ns.podgroups()) == [f"pg-hidden-0-{pod['metadata']['uid']}"]
+        assert ns.events("hidden-0") == [("Warning", PODGROUPER_WARNING, notice)]
+    finally:
+        rbac.delete_cluster_role_binding(role)
+        rbac.delete_cluster_role(role)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from kai_ray_operators import GroupingConfig, InMemoryReader, PodGroupMetadata, group_pod
+from kai_ray_operators import (
+    Forbidden,
+    GroupingConfig,
+    InMemoryReader,
+    KubeObject,
+    PodGroupMetadata,
+    group_pod,
+)
 
 NAMESPACE = "ml"
 
@@ -63,3 +70,16 @@ def expect(metadata: PodGroupMetadata, **wanted: object) -> None:
     """Assert the listed fields; `owner` stands for the owner's kind."""
     actual = {key: metadata.owner.kind if key == "owner" else getattr(metadata, key) for key in wanted}
     assert actual == wanted
+
+
+class ForbiddingReader(InMemoryReader):
+    """An API server that refuses one kind, as RBAC does for a wrapper CRD the grouper may not read."""
+
+    def __init__(self, objects: list[dict[str, Any]], forbidden_kind: str) -> None:
+        super().__init__(objects)
+        self.forbidden_kind = forbidden_kind
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> KubeObject:
+        if kind == self.forbidden_kind:
+            raise Forbidden(f"{kind} {namespace}/{name}", "forbidden")
+        return super().get(api_version, kind, namespace, name)

@@ -5,23 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from grouping_builders import NAMESPACE, kube, pod, reference
-from kai_ray_operators import Forbidden, InMemoryReader, KubeObject, OwnerChainError, resolve_owners
+from grouping_builders import NAMESPACE, ForbiddingReader, kube, pod, reference
+from kai_ray_operators import InMemoryReader, OwnerChainError, resolve_owners
 
 pytestmark = pytest.mark.unit
-
-
-class ForbiddingReader(InMemoryReader):
-    """An API server that refuses one kind, as RBAC does for a wrapper CRD the grouper may not read."""
-
-    def __init__(self, objects: list[dict[str, Any]], forbidden_kind: str) -> None:
-        super().__init__(objects)
-        self.forbidden_kind = forbidden_kind
-
-    def get(self, api_version: str, kind: str, namespace: str, name: str) -> KubeObject:
-        if kind == self.forbidden_kind:
-            raise Forbidden(f"{kind} {namespace}/{name}", "forbidden")
-        return super().get(api_version, kind, namespace, name)
 
 
 def _chain() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

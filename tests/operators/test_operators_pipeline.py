@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from grouping_builders import NAMESPACE, expect, group, kube, pod, priority_class
+from grouping_builders import NAMESPACE, ForbiddingReader, expect, group, kube, pod, priority_class
 from kai_ray_operators import ConfigMapRef, GroupingConfig, InMemoryReader, plan_pod
 
 pytestmark = pytest.mark.unit
@@ -271,3 +271,30 @@ def test_defaults_configmap_gives_priority_and_preemptibility_per_kind() -> None
     )
     # The Workflow's kind default is applied before its own labels are overlaid, so it wins (§1.7).
     assert (metadata.priority_class_name, metadata.preemptibility) == ("build", "preemptible")
+
+
+def test_an_unreadable_owner_is_said_and_the_pod_is_grouped_by_the_owner_below_it() -> None:
+    """KAI groups by the last owner it could read; the user hears which owner it could not."""
+    deployment = kube("apps/v1", "Deployment", "web")
+    replica_set = kube("apps/v1", "ReplicaSet", "web-7d9", owner=deployment)
+    the_pod = pod("web-7d9-x", owner=replica_set)
+    reader = ForbiddingReader([deployment, replica_set, the_pod], "Deployment")
+    plan = plan_pod(reader, CONFIG, the_pod)
+    assert plan.metadata.owner.kind == "ReplicaSet"
+    assert plan.notices == (
+        f"may not read its owner Deployment web (403): grouped by ReplicaSet {NAMESPACE}/web-7d9 instead",
+    )
+    assert _plan(the_pod, deployment, replica_set).notices == ()
+
+
+def test_a_pod_queue_label_the_top_owner_overrides_is_said() -> None:
+    job = kube("batch/v1", "Job", "j", labels={"kai.scheduler/queue": "team-a"})
+    overridden = _plan(pod("j-0", owner=job, labels={"kai.scheduler/queue": "team-b"}), job)
+    assert overridden.metadata.queue == "team-a"  # KAI's rule: the top owner's label wins
+    assert overridden.notices == (
+        f"its kai.scheduler/queue label 'team-b' differs from 'team-a' on Job {NAMESPACE}/j,"
+        " which is the one used",
+    )
+    agreeing = _plan(pod("j-0", owner=job, labels={"kai.scheduler/queue": "team-a"}), job)
+    assert agreeing.notices == ()
+    assert _plan(pod("alone", labels={"kai.scheduler/queue": "team-b"})).notices == ()

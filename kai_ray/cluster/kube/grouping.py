@@ -37,6 +37,9 @@ class GroupingResult:
     """Pods linked to their PodGroup (and leaf SubGroup)."""
     failed: list[tuple[str, str]] = field(default_factory=list)
     """Pods left ungrouped this time, with why (a `PodGrouperWarning` Event says it on the pod)."""
+    noticed: list[tuple[str, str]] = field(default_factory=list)
+    """Pods grouped all the same, with what their owner should know (an unreadable owner, a queue
+    label overridden); a `PodGrouperWarning` Event says it on the pod."""
 
 
 class PodGrouper(Protocol):
@@ -59,6 +62,8 @@ def log_grouping(result: GroupingResult) -> None:
     """One line per pod left ungrouped (rate-limited per pod), one line for what was written."""
     for pod, reason in result.failed:
         log.warning("pod %s not grouped: %s", pod, reason, extra={"repeat_key": ("ungrouped", pod)})
+    for pod, notice in result.noticed:
+        log.warning("pod %s grouped, but %s", pod, notice, extra={"repeat_key": ("noticed", pod, notice)})
     if result.created or result.updated or result.annotated:
         log.info(
             "grouping: %d PodGroups created, %d updated, %d pods linked",
