@@ -163,5 +163,6 @@ def test_a_grouping_notice_is_a_warning_and_the_simulation_runs(tmp_path: Path) 
     code, out, err = run("simulate", str(manifest), "--output", "json")
     assert code == 0, err
     (warning,) = err.strip().splitlines()
-    assert warning.startswith(f"warning: {manifest}:11: Pod/ns/train-0: its kai.scheduler/queue label 'team-b'")
+    expected = f"warning: {manifest}:11: Pod/ns/train-0: its kai.scheduler/queue label 'team-b'"
+    assert warning.startswith(expected)
     assert json.loads(out)["counts"]["binds"] == 1  # scheduled in team-a, the Job's queue
