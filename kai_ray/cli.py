@@ -26,6 +26,7 @@ from kai_ray.report.table import render_table
 
 if TYPE_CHECKING:
     from kai_ray.cluster.kube.grouping import PodGrouper
+    from kai_ray.cluster.kube.leader import LeaseTiming
 
 app = typer.Typer(help="kai-ray: a Ray-native, KAI-compatible GPU scheduler.", no_args_is_help=True)
 
@@ -49,6 +50,24 @@ RayAddressOption = Annotated[
 ]
 
 
+KubeconfigOption = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", help="The cluster; without it, the in-cluster service account."),
+]
+SchedulerNameOption = Annotated[
+    str, typer.Option("--scheduler-name", help="The pods' spec.schedulerName this process answers to.")
+]
+LeaseNamespaceOption = Annotated[
+    str, typer.Option("--lease-namespace", help="Namespace of the leader Lease.")
+]
+IdentityOption = Annotated[str | None, typer.Option("--identity", help="Leader-election identity.")]
+LeaseDurationOption = Annotated[
+    float, typer.Option("--lease-duration", help="Seconds a standby waits on an unrenewed lease.")
+]
+RenewDeadlineOption = Annotated[
+    float, typer.Option("--renew-deadline", help="Seconds the leader may fail to renew before it stops.")
+]
+RetryPeriodOption = Annotated[float, typer.Option("--retry-period", help="Seconds between lease attempts.")]
 QueueLabelOption = Annotated[
     str, typer.Option("--queue-label-key", help="Pod/workload label naming its queue (KAI's default).")
 ]
@@ -95,6 +114,15 @@ def _grouper_factory(
         queue_label_key=queue_label_key, node_pool_label_key=nodepool_label_key, defaults_config_map=reference
     )
     return lambda api: PodGroupController(api, config)
+
+
+def _lease_timing(duration: float, renew_deadline: float, retry_period: float) -> LeaseTiming:
+    from kai_ray.cluster.kube.leader import LeaseTiming
+
+    try:
+        return LeaseTiming(duration, renew_deadline, retry_period)
+    except ValueError as exc:
+        _fail([str(exc)])
 
 
 def _fail(problems: list[str]) -> NoReturn:
@@ -287,11 +315,8 @@ def devcluster_down(
 
 @app.command()
 def serve(
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option("--kubeconfig", help="Cluster to schedule; without it, the in-cluster service account."),
-    ] = None,
-    scheduler_name: Annotated[str, typer.Option("--scheduler-name")] = "kai-scheduler",
+    kubeconfig: KubeconfigOption = None,
+    scheduler_name: SchedulerNameOption = "kai-scheduler",
     config_file: Annotated[
         Path | None,
         typer.Option("--config", help="KAI's scheduler configuration (config.yaml or its ConfigMap)."),
@@ -304,20 +329,14 @@ def serve(
         str,
         typer.Option("--metrics-address", help="host:port for Prometheus /metrics; empty to disable."),
     ] = "127.0.0.1:8080",
-    lease_namespace: Annotated[str, typer.Option("--lease-namespace")] = "default",
-    identity: Annotated[str | None, typer.Option("--identity", help="Leader-election identity.")] = None,
+    lease_namespace: LeaseNamespaceOption = "default",
+    identity: IdentityOption = None,
     bind_backoff_limit: Annotated[
         int, typer.Option("--bind-backoff-limit", min=0, help="Binding attempts per BindRequest.")
     ] = 3,
-    lease_duration: Annotated[
-        float, typer.Option("--lease-duration", help="Seconds a standby waits on an unrenewed lease.")
-    ] = 15.0,
-    renew_deadline: Annotated[
-        float, typer.Option("--renew-deadline", help="Seconds the leader may fail to renew before it stops.")
-    ] = 10.0,
-    retry_period: Annotated[
-        float, typer.Option("--retry-period", help="Seconds between lease attempts.")
-    ] = 2.0,
+    lease_duration: LeaseDurationOption = 15.0,
+    renew_deadline: RenewDeadlineOption = 10.0,
+    retry_period: RetryPeriodOption = 2.0,
     no_podgrouper: Annotated[
         bool,
         typer.Option(
@@ -334,13 +353,8 @@ def serve(
     same process (one per workload, as KAI's podgrouper makes them) unless
     `--no-podgrouper` is given.
     """
-    from kai_ray.cluster.kube.leader import LeaseTiming
     from kai_ray.server.serve import ServeOptions, serve_forever
 
-    try:
-        timing = LeaseTiming(lease_duration, renew_deadline, retry_period)
-    except ValueError as exc:
-        _fail([str(exc)])
     options = ServeOptions(
         kubeconfig=kubeconfig,
         scheduler_name=scheduler_name,
@@ -350,7 +364,7 @@ def serve(
         identity=identity,
         config_file=config_file,
         bind_backoff_limit=bind_backoff_limit,
-        lease_timing=timing,
+        lease_timing=_lease_timing(lease_duration, renew_deadline, retry_period),
         grouper=None
         if no_podgrouper
         else _grouper_factory(queue_label_key, nodepool_label_key, default_priorities_configmap),
@@ -360,18 +374,16 @@ def serve(
 
 @app.command()
 def podgrouper(
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option("--kubeconfig", help="Cluster to group; without it, the in-cluster service account."),
-    ] = None,
-    scheduler_name: Annotated[
-        str, typer.Option("--scheduler-name", help="Group the pods that name this scheduler.")
-    ] = "kai-scheduler",
+    kubeconfig: KubeconfigOption = None,
+    scheduler_name: SchedulerNameOption = "kai-scheduler",
     period: Annotated[
         float, typer.Option("--period", min=0.05, help="Seconds between passes when nothing changes.")
     ] = 1.0,
-    lease_namespace: Annotated[str, typer.Option("--lease-namespace")] = "default",
-    identity: Annotated[str | None, typer.Option("--identity", help="Leader-election identity.")] = None,
+    lease_namespace: LeaseNamespaceOption = "default",
+    identity: IdentityOption = None,
+    lease_duration: LeaseDurationOption = 15.0,
+    renew_deadline: RenewDeadlineOption = 10.0,
+    retry_period: RetryPeriodOption = 2.0,
     queue_label_key: QueueLabelOption = QUEUE_LABEL,
     nodepool_label_key: NodePoolLabelOption = NODE_POOL_LABEL,
     default_priorities_configmap: DefaultsConfigMapOption = None,
@@ -386,6 +398,7 @@ def podgrouper(
         period=period,
         lease_namespace=lease_namespace,
         identity=identity,
+        lease_timing=_lease_timing(lease_duration, renew_deadline, retry_period),
     )
     factory = _grouper_factory(queue_label_key, nodepool_label_key, default_priorities_configmap)
     raise typer.Exit(code=run_podgrouper(options, factory))

@@ -66,6 +66,35 @@ def gpu_pod(
     )
 
 
+def batch_job(
+    api: Any, namespace: str, name: str, *, parallelism: int = 1, labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A batch Job, as the owner its pods name: no job controller runs here, so tests make the
+    pods themselves (`gpu_pod(owners=...)`). Returns the owner reference those pods carry."""
+    created = client.BatchV1Api(api).create_namespaced_job(
+        namespace,
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "labels": dict(labels or {})},
+            "spec": {
+                "parallelism": parallelism,
+                "template": {
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}
+                },
+            },
+        },
+    )
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": name,
+        "uid": created.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
 @dataclass
 class Zone:
     """Nodes and queues made for one test (namespace `name`); `close` deletes them."""
@@ -97,34 +126,9 @@ class Zone:
         return result
 
     def job(self, name: str, *, queue: str | None = None, parallelism: int = 1) -> dict[str, Any]:
-        """A batch Job, as the owner its pods name (no job controller runs: `pod(owners=...)` makes
-        them as it would); returns the owner reference its pods carry."""
+        """A batch Job in the zone's namespace (see `batch_job`)."""
         labels = {"kai.scheduler/queue": queue} if queue else {}
-        created = client.BatchV1Api(self.api).create_namespaced_job(
-            self.name,
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": {"name": name, "labels": labels},
-                "spec": {
-                    "parallelism": parallelism,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [{"name": "main", "image": "busybox"}],
-                        }
-                    },
-                },
-            },
-        )
-        return {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "name": name,
-            "uid": created.metadata.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+        return batch_job(self.api, self.name, name, parallelism=parallelism, labels=labels)
 
     def close(self) -> None:
         core = client.CoreV1Api(self.api)

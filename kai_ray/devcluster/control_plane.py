@@ -65,6 +65,7 @@ from kai_ray.devcluster.processes import (
     LOOPBACK,
     STATE_FILE,
     STATE_VERSION,
+    ExitedDuringStartup,
     Launcher,
     free_ports,
     read_state,
@@ -241,9 +242,9 @@ def start(
             try:
                 cluster = _start(dir, launcher, bin_dir, pod_runner, ready_timeout, audit)
                 break
-            except DevClusterError as exc:
+            except ExitedDuringStartup as exc:
                 # The free ports we picked can be taken before etcd/apiserver bind them; pick anew.
-                if "address already in use" not in str(exc) or attempt == _PORT_ATTEMPTS - 1:
+                if not exc.port_taken or attempt == _PORT_ATTEMPTS - 1:
                     raise
                 stop(dir)
                 state["processes"] = {}

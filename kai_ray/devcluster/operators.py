@@ -42,6 +42,7 @@ from kai_ray.devcluster.binaries import DevClusterError, build_operators, repo_r
 from kai_ray.devcluster.control_plane import DevCluster, _http_ok
 from kai_ray.devcluster.processes import (
     LOOPBACK,
+    ExitedDuringStartup,
     Launcher,
     free_ports,
     read_state,
@@ -332,7 +333,7 @@ def _start(
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 stop_operator(cluster.dir, name)
-            port_taken = isinstance(exc, DevClusterError) and "address already in use" in str(exc)
+            port_taken = isinstance(exc, ExitedDuringStartup) and exc.port_taken
             if not port_taken or attempt == _PORT_ATTEMPTS:
                 raise
 

@@ -180,7 +180,18 @@ class Launcher:
     def check_alive(self, name: str) -> None:
         info = self.state["processes"][name]
         if not _alive(int(info["pid"]), info.get("start_time")):
-            raise DevClusterError(f"{name} exited during start-up:\n{_tail(Path(info['log']))}")
+            raise ExitedDuringStartup(name, _tail(Path(info["log"])))
+
+
+class ExitedDuringStartup(DevClusterError):
+    """A started process ended before it was ready; `port_taken` says whether to retry on new ports.
+
+    Ports are picked free and handed to the process, which can find them taken by then; its log
+    is the only place that says so, read here once so callers decide on a field, not on text."""
+
+    def __init__(self, name: str, log_tail: str) -> None:
+        super().__init__(f"{name} exited during start-up:\n{log_tail}")
+        self.port_taken = "address already in use" in log_tail
 
 
 def _tail(path: Path, lines: int = 30) -> str:

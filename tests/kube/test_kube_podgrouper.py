@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from kai_ray_operators.controller import PodGroupController
+from kube_zone import batch_job
 from kubernetes import client, config
 
 from kai_ray import devcluster
@@ -67,25 +68,7 @@ class Namespace:
         return {"metadata": {"name": created.metadata.name, "uid": created.metadata.uid}}
 
     def job(self, name: str, parallelism: int, labels: dict[str, str] | None = None) -> dict[str, Any]:
-        """A batch Job (no job controller runs here, so it makes no pods of its own)."""
-        created = self.batch.create_namespaced_job(
-            self.name,
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": {"name": name, "labels": labels or {}},
-                "spec": {
-                    "parallelism": parallelism,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [{"name": "main", "image": "busybox"}],
-                        }
-                    },
-                },
-            },
-        )
-        return owner("batch/v1", "Job", created.metadata.name, created.metadata.uid)
+        return batch_job(self.batch.api_client, self.name, name, parallelism=parallelism, labels=labels)
 
     def podgroups(self) -> dict[str, dict[str, Any]]:
         listing = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.name, PODGROUPS)

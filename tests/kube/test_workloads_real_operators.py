@@ -43,80 +43,39 @@ from typing import Any
 
 import pytest
 from kube_serve import Serve, wait_until
+from kube_workloads import (
+    PODGROUPS,
+    TIMEOUT,
+    CustomObjects,
+    Resource,
+    container,
+    linked,
+    owner_of,
+    unschedulable,
+)
 from kube_zone import ZONE_LABEL, Zone
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from kai_ray import devcluster
+from kai_ray.api.constants import QUEUE_LABEL, SCHEDULER_NAME, SUBGROUP_LABEL
 from kai_ray.devcluster import DevCluster, OperatorProcess
 from kai_ray.devcluster.operators import install_mpijob_v1_crd
 
 pytestmark = pytest.mark.kube
 
-KAI_SCHEDULER = "kai-scheduler"
-QUEUE_LABEL = "kai.scheduler/queue"
-SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
-POD_GROUP_ANNOTATION = "pod-group-name"
-PODGROUPS = ("scheduling.run.ai", "v2alpha2", "podgroups")
-RAYCLUSTERS = ("ray.io", "v1", "rayclusters")
-RAYJOBS = ("ray.io", "v1", "rayjobs")
-PYTORCHJOBS = ("kubeflow.org", "v1", "pytorchjobs")
-MPIJOBS_V1 = ("kubeflow.org", "v1", "mpijobs")
-TIMEOUT = 90.0
-"""Operators, serve, etcd and the API server share two cores."""
+RAYCLUSTERS: Resource = ("ray.io", "v1", "rayclusters")
+RAYJOBS: Resource = ("ray.io", "v1", "rayjobs")
+PYTORCHJOBS: Resource = ("kubeflow.org", "v1", "pytorchjobs")
+MPIJOBS_V1: Resource = ("kubeflow.org", "v1", "mpijobs")
 
 
-# ------------------------------------------------------------------------------------ objects
-
-
-class Workloads:
-    """The test's custom resources, deleted (each waited for) while its operator still runs."""
-
-    def __init__(self, api: Any, namespace: str) -> None:
-        self.custom = client.CustomObjectsApi(api)
-        self.namespace = namespace
-        self.created: list[tuple[tuple[str, str, str], str]] = []
-
-    def create(self, resource: tuple[str, str, str], body: dict[str, Any]) -> dict[str, Any]:
-        group, version, plural = resource
-        made: dict[str, Any] = self.custom.create_namespaced_custom_object(
-            group, version, self.namespace, plural, body
-        )
-        self.created.append((resource, made["metadata"]["name"]))
-        return made
-
-    def get(self, resource: tuple[str, str, str], name: str) -> dict[str, Any] | None:
-        group, version, plural = resource
-        try:
-            found: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                group, version, self.namespace, plural, name
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return found
-
-    def delete(self, resource: tuple[str, str, str], name: str) -> None:
-        """Delete and wait until it is gone (an operator's finalizer must be removed first)."""
-        group, version, plural = resource
-        try:
-            self.custom.delete_namespaced_custom_object(group, version, self.namespace, plural, name)
-        except ApiException as error:
-            if error.status != 404:
-                raise
-        wait_until(lambda: self.get(resource, name) is None, TIMEOUT, f"{plural} {name} deleted")
-        with contextlib.suppress(ValueError):
-            self.created.remove((resource, name))
-
-    def delete_all(self) -> None:
-        for resource, name in reversed(list(self.created)):
-            self.delete(resource, name)
+# ------------------------------------------------------------------------------------ operators
 
 
 @pytest.fixture
-def workloads(kube_api: Any, namespace: str) -> Workloads:
-    return Workloads(kube_api, namespace)
+def workloads(kube_api: Any, namespace: str) -> CustomObjects:
+    """The test's custom resources; its operator fixture deletes them while the operator runs."""
+    return CustomObjects(kube_api, namespace)
 
 
 @pytest.fixture(scope="module")
@@ -125,17 +84,24 @@ def operator_bin_dir() -> Path:
     return devcluster.build_operators()
 
 
-@contextlib.contextmanager
-def operator_for_test(
-    start: Callable[[], OperatorProcess], workloads: Workloads
+def run_operator(
+    start: Callable[..., OperatorProcess],
+    cluster: DevCluster,
+    bin_dir: Path,
+    workloads: CustomObjects,
+    **options: Any,
 ) -> Iterator[OperatorProcess]:
-    """Run an operator for one test; delete the test's workloads before stopping it."""
-    operator = start()
+    """Run an operator for one test (an operator fixture's `yield from`): `start(cluster, **options)`.
+
+    At the end the test's workloads are deleted while the operator still runs, since it may
+    hold them with a finalizer, and only then is the operator stopped.
+    """
+    operator = start(cluster, bin_dir=bin_dir, die_with_parent=True, **options)
     try:
         yield operator
     finally:
         try:
-            workloads.delete_all()
+            workloads.close()
         finally:
             operator.stop()
 
@@ -146,62 +112,38 @@ def operator_for_test(
 
 @pytest.fixture
 def kuberay(
-    kube_cluster: DevCluster, zone: Zone, workloads: Workloads, operator_bin_dir: Path
+    kube_cluster: DevCluster, zone: Zone, workloads: CustomObjects, operator_bin_dir: Path
 ) -> Iterator[OperatorProcess]:
     """KubeRay with its KAI batch-scheduler plugin (`--batch-scheduler=kai-scheduler`)."""
-    with operator_for_test(
-        lambda: devcluster.start_kuberay(kube_cluster, bin_dir=operator_bin_dir, die_with_parent=True),
-        workloads,
-    ) as operator:
-        yield operator
+    yield from run_operator(devcluster.start_kuberay, kube_cluster, operator_bin_dir, workloads)
 
 
 @pytest.fixture
 def kuberay_without_plugin(
-    kube_cluster: DevCluster, zone: Zone, workloads: Workloads, operator_bin_dir: Path
+    kube_cluster: DevCluster, zone: Zone, workloads: CustomObjects, operator_bin_dir: Path
 ) -> Iterator[OperatorProcess]:
     """KubeRay without a batch scheduler: pods keep the scheduler name of their templates."""
-    with operator_for_test(
-        lambda: devcluster.start_kuberay(
-            kube_cluster, bin_dir=operator_bin_dir, batch_scheduler=None, die_with_parent=True
-        ),
-        workloads,
-    ) as operator:
-        yield operator
+    yield from run_operator(
+        devcluster.start_kuberay, kube_cluster, operator_bin_dir, workloads, batch_scheduler=None
+    )
 
 
 @pytest.fixture
 def training_operator(
-    kube_cluster: DevCluster, zone: Zone, workloads: Workloads, operator_bin_dir: Path
+    kube_cluster: DevCluster, zone: Zone, workloads: CustomObjects, operator_bin_dir: Path
 ) -> Iterator[OperatorProcess]:
     """The training-operator, PyTorchJob only."""
-    with operator_for_test(
-        lambda: devcluster.start_training_operator(
-            kube_cluster, bin_dir=operator_bin_dir, die_with_parent=True
-        ),
-        workloads,
-    ) as operator:
-        yield operator
+    yield from run_operator(devcluster.start_training_operator, kube_cluster, operator_bin_dir, workloads)
 
 
 # ------------------------------------------------------------------------------------ helpers
-
-
-def container(name: str, gpus: int = 0) -> dict[str, Any]:
-    resources: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "100Mi"}}
-    resources["limits"] = {
-        "cpu": "100m",
-        "memory": "100Mi",
-        **({"nvidia.com/gpu": str(gpus)} if gpus else {}),
-    }
-    return {"name": name, "image": "busybox", "resources": resources}
 
 
 def pod_template(zone: Zone, name: str, gpus: int = 0, *, scheduler: bool = True) -> dict[str, Any]:
     """A pod template pinned to the zone's nodes; `scheduler` names kai-scheduler in it."""
     spec: dict[str, Any] = {"nodeSelector": {ZONE_LABEL: zone.name}, "containers": [container(name, gpus)]}
     if scheduler:
-        spec["schedulerName"] = KAI_SCHEDULER
+        spec["schedulerName"] = SCHEDULER_NAME
     return {"spec": spec}
 
 
@@ -210,10 +152,6 @@ def pods(kube_api: Any, namespace: str, selector: str) -> list[client.V1Pod]:
         client.CoreV1Api(kube_api).list_namespaced_pod(namespace, label_selector=selector).items
     )
     return sorted(found, key=lambda pod: pod.metadata.name)
-
-
-def linked(pod: client.V1Pod) -> str | None:
-    return (pod.metadata.annotations or {}).get(POD_GROUP_ANNOTATION)
 
 
 def all_bound(
@@ -233,29 +171,19 @@ def log_tail(operator: OperatorProcess, lines: int = 15) -> str:
     return "\n".join(operator.log.read_text(errors="replace").splitlines()[-lines:])
 
 
-def pod_group(workloads: Workloads, name: str) -> dict[str, Any]:
+def pod_group(workloads: CustomObjects, name: str) -> dict[str, Any]:
     found = workloads.get(PODGROUPS, name)
     assert found is not None, f"no PodGroup {name}"
     return found
-
-
-def owner_of(obj: dict[str, Any]) -> dict[str, str]:
-    meta = obj["metadata"]
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"]}
 
 
 def subgroups(group: dict[str, Any]) -> list[tuple[str, int]]:
     return [(sub["name"], sub["minMember"]) for sub in group["spec"].get("subGroups") or []]
 
 
-def unschedulable(group: dict[str, Any] | None) -> bool:
-    conditions = ((group or {}).get("status") or {}).get("schedulingConditions") or []
-    return any(c.get("type") == "UnschedulableOnNodePool" and c.get("status") == "True" for c in conditions)
-
-
 def assert_none_bound(
     kube_api: Any,
-    workloads: Workloads,
+    workloads: CustomObjects,
     selector: str,
     count: int,
     group_name: str,
@@ -320,7 +248,7 @@ def ray_cluster(zone: Zone, name: str, queue: str, workers: int, gpus: int) -> d
 def test_raycluster_binds_all_together_or_not_at_all(
     kube_api: Any,
     zone: Zone,
-    workloads: Workloads,
+    workloads: CustomObjects,
     kuberay: OperatorProcess,
     serves: Callable[..., Serve],
 ) -> None:
@@ -340,7 +268,7 @@ def test_raycluster_binds_all_together_or_not_at_all(
     assert group["spec"]["minMember"] == 5
     assert subgroups(group) == [("headgroup", 1), ("workers", 4)]
     for pod in bound:
-        assert pod.spec.scheduler_name == KAI_SCHEDULER, pod.metadata.name
+        assert pod.spec.scheduler_name == SCHEDULER_NAME, pod.metadata.name
         assert pod.metadata.labels[QUEUE_LABEL] == queue, pod.metadata.name  # copied by the plugin
         assert linked(pod) == group_name, pod.metadata.name
         assert pod.metadata.labels[SUBGROUP_LABEL] == pod.metadata.labels["ray.io/group"], pod.metadata.name
@@ -363,7 +291,7 @@ def test_raycluster_binds_all_together_or_not_at_all(
 
 
 def test_kuberay_1_5_with_the_kai_plugin_rejects_rayjobs(
-    zone: Zone, workloads: Workloads, kuberay: OperatorProcess
+    zone: Zone, workloads: CustomObjects, kuberay: OperatorProcess
 ) -> None:
     """A documented limitation (spec §2.3): v1.5.x's plugin accepts only RayClusters.
 
@@ -417,7 +345,7 @@ def ray_job(zone: Zone, name: str, queue: str, workers: int, gpus: int) -> dict[
 def test_rayjob_cluster_binds_all_together_under_the_rayjobs_podgroup(
     kube_api: Any,
     zone: Zone,
-    workloads: Workloads,
+    workloads: CustomObjects,
     kuberay_without_plugin: OperatorProcess,
     serves: Callable[..., Serve],
 ) -> None:
@@ -488,7 +416,7 @@ def pytorch_job(zone: Zone, name: str, queue: str, workers: int, gpus: int) -> d
 def test_pytorchjob_binds_all_together_or_not_at_all(
     kube_api: Any,
     zone: Zone,
-    workloads: Workloads,
+    workloads: CustomObjects,
     training_operator: OperatorProcess,
     serves: Callable[..., Serve],
 ) -> None:
@@ -550,9 +478,9 @@ def test_mpijob_v1_launcher_and_workers_bind_together(
             own_cluster, bin_dir=operator_bin_dir, schemes=("mpijob",), die_with_parent=True
         )
         serve = serves("mpi-s", namespace, kubeconfig=own_cluster.kubeconfig)
-        workloads = Workloads(api, namespace)
-        template = {"spec": {"schedulerName": KAI_SCHEDULER, "containers": [container("mpi")]}}
-        gpu_template = {"spec": {"schedulerName": KAI_SCHEDULER, "containers": [container("mpi", 1)]}}
+        workloads = CustomObjects(api, namespace)
+        template = {"spec": {"schedulerName": SCHEDULER_NAME, "containers": [container("mpi")]}}
+        gpu_template = {"spec": {"schedulerName": SCHEDULER_NAME, "containers": [container("mpi", 1)]}}
         job = workloads.create(
             MPIJOBS_V1,
             {

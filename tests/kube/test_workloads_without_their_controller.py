@@ -35,68 +35,39 @@ cluster of its own), which this test checks before it relies on it.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from kube_serve import Serve, wait_until
+from kube_workloads import (
+    PODGROUPS,
+    TIMEOUT,
+    CustomObjects,
+    Resource,
+    container,
+    linked,
+    owner_of,
+    unschedulable,
+)
 from kube_zone import ZONE_LABEL, Zone
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from kai_ray import devcluster
+from kai_ray.api.constants import QUEUE_LABEL, SCHEDULER_NAME
 from kai_ray.devcluster.operators import MPIJOB_CRD
 
 pytestmark = pytest.mark.kube
 
-KAI_SCHEDULER = "kai-scheduler"
-QUEUE_LABEL = "kai.scheduler/queue"
-POD_GROUP_ANNOTATION = "pod-group-name"
-PODGROUPS = ("scheduling.run.ai", "v2alpha2", "podgroups")
-WORKFLOWS = ("argoproj.io", "v1alpha1", "workflows")
-MPIJOBS = ("kubeflow.org", "v2beta1", "mpijobs")
+WORKFLOWS: Resource = ("argoproj.io", "v1alpha1", "workflows")
+MPIJOBS: Resource = ("kubeflow.org", "v2beta1", "mpijobs")
 JOB_NAME, JOB_ROLE = "training.kubeflow.org/job-name", "training.kubeflow.org/job-role"
-TIMEOUT = 90.0
-
-
-class Objects:
-    """Custom resources of the test, deleted at its end (no controller or garbage collector would)."""
-
-    def __init__(self, api: Any, namespace: str) -> None:
-        self.custom = client.CustomObjectsApi(api)
-        self.namespace = namespace
-        self.created: list[tuple[tuple[str, str, str], str]] = []
-
-    def create(self, resource: tuple[str, str, str], body: dict[str, Any]) -> dict[str, Any]:
-        group, version, plural = resource
-        made: dict[str, Any] = self.custom.create_namespaced_custom_object(
-            group, version, self.namespace, plural, body
-        )
-        self.created.append((resource, made["metadata"]["name"]))
-        return made
-
-    def get(self, resource: tuple[str, str, str], name: str) -> dict[str, Any] | None:
-        group, version, plural = resource
-        try:
-            found: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                group, version, self.namespace, plural, name
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return found
-
-    def close(self) -> None:
-        for (group, version, plural), name in reversed(self.created):
-            with contextlib.suppress(ApiException):
-                self.custom.delete_namespaced_custom_object(group, version, self.namespace, plural, name)
 
 
 @pytest.fixture
-def objects(kube_api: Any, namespace: str) -> Iterator[Objects]:
-    made = Objects(kube_api, namespace)
+def objects(kube_api: Any, namespace: str) -> Iterator[CustomObjects]:
+    """The test's custom resources, deleted at its end (no controller or garbage collector would)."""
+    made = CustomObjects(kube_api, namespace)
     try:
         yield made
     finally:
@@ -116,32 +87,12 @@ def controller_ref(owner: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def container(name: str, gpus: int = 0, **extra: Any) -> dict[str, Any]:
-    limits = {"cpu": "100m", "memory": "100Mi", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
-    resources = {"requests": {"cpu": "100m", "memory": "100Mi"}, "limits": limits}
-    return {"name": name, "image": "busybox", "resources": resources, **extra}
-
-
 def create_pod(kube_api: Any, namespace: str, body: dict[str, Any]) -> client.V1Pod:
     return client.CoreV1Api(kube_api).create_namespaced_pod(namespace, body)
 
 
 def read_pod(kube_api: Any, namespace: str, name: str) -> client.V1Pod:
     return client.CoreV1Api(kube_api).read_namespaced_pod(name, namespace)
-
-
-def linked(pod: client.V1Pod) -> str | None:
-    return (pod.metadata.annotations or {}).get(POD_GROUP_ANNOTATION)
-
-
-def unschedulable(group: dict[str, Any] | None) -> bool:
-    conditions = ((group or {}).get("status") or {}).get("schedulingConditions") or []
-    return any(c.get("type") == "UnschedulableOnNodePool" and c.get("status") == "True" for c in conditions)
-
-
-def owner_of(obj: dict[str, Any]) -> dict[str, str]:
-    meta = obj["metadata"]
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"]}
 
 
 # ------------------------------------------------------------------------------------ Argo
@@ -184,7 +135,7 @@ def argo_step_pod(workflow: dict[str, Any], node_name: str, template: dict[str, 
 
 
 def test_argo_steps_get_a_podgroup_each_and_are_scheduled_independently(
-    kube_api: Any, zone: Zone, objects: Objects, serves: Callable[..., Serve]
+    kube_api: Any, zone: Zone, objects: CustomObjects, serves: Callable[..., Serve]
 ) -> None:
     """One 4-GPU node, two parallel steps of 3 GPUs: exactly one runs at a time."""
     devcluster.install_upstream_crds(kube_api, "argo")
@@ -205,7 +156,7 @@ def test_argo_steps_get_a_podgroup_each_and_are_scheduled_independently(
             "kind": "Workflow",
             "metadata": {"name": "wf", "labels": {QUEUE_LABEL: queue}},
             "spec": {
-                "schedulerName": KAI_SCHEDULER,
+                "schedulerName": SCHEDULER_NAME,
                 "nodeSelector": {ZONE_LABEL: zone.name},
                 "entrypoint": "main",
                 "templates": [
@@ -265,38 +216,38 @@ def test_argo_steps_get_a_podgroup_each_and_are_scheduled_independently(
 # ------------------------------------------------------------------------------------ MPIJob v2
 
 
-def mpi_worker(job: dict[str, Any], index: int) -> dict[str, Any]:
-    """mpi-operator v2's `newWorker`: the Worker template plus its labels, hostname and owner."""
+def mpi_pod_template(
+    job: dict[str, Any], role: str, hostname: str, restart_policy: str
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """The labels and pod spec mpi-operator v2 gives every `role` pod (`newWorker`, `newLauncherPodTemplate`).
+
+    The MPIJob's template for the role (`mpiReplicaSpecs` key `Worker` or `Launcher`), its labels
+    plus mpi-operator's `defaultLabels`, the pod's hostname with the job's name as subdomain, the
+    role's restart policy and `K_MPI_JOB_ROLE` in the (first) container's env.
+    """
     name = job["metadata"]["name"]
-    template = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
+    template = job["spec"]["mpiReplicaSpecs"][role.capitalize()]["template"]
     labels = {
         **(template.get("metadata") or {}).get("labels", {}),
         "training.kubeflow.org/operator-name": "mpi-operator",
         JOB_NAME: name,
-        JOB_ROLE: "worker",
-        "training.kubeflow.org/replica-index": str(index),
+        JOB_ROLE: role,
     }
-    spec = {
-        **template["spec"],
-        "hostname": f"{name}-worker-{index}",
-        "subdomain": name,
-        "restartPolicy": "Never",
-    }
-    spec["containers"] = [
-        {
-            **spec["containers"][0],
-            "command": ["/usr/sbin/sshd", "-De"],
-            "env": [{"name": "K_MPI_JOB_ROLE", "value": "worker"}],
-        }
-    ]
+    spec = {**template["spec"], "hostname": hostname, "subdomain": name, "restartPolicy": restart_policy}
+    spec["containers"] = [{**spec["containers"][0], "env": [{"name": "K_MPI_JOB_ROLE", "value": role}]}]
+    return labels, spec
+
+
+def mpi_worker(job: dict[str, Any], index: int) -> dict[str, Any]:
+    """mpi-operator v2's `newWorker`: the Worker template plus its index label, sshd and owner."""
+    name = f"{job['metadata']['name']}-worker-{index}"
+    labels, spec = mpi_pod_template(job, "worker", name, "Never")
+    labels["training.kubeflow.org/replica-index"] = str(index)
+    spec["containers"][0]["command"] = ["/usr/sbin/sshd", "-De"]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": f"{name}-worker-{index}",
-            "labels": labels,
-            "ownerReferences": [controller_ref(job)],
-        },
+        "metadata": {"name": name, "labels": labels, "ownerReferences": [controller_ref(job)]},
         "spec": spec,
     }
 
@@ -304,20 +255,7 @@ def mpi_worker(job: dict[str, Any], index: int) -> dict[str, Any]:
 def mpi_launcher_job(kube_api: Any, namespace: str, job: dict[str, Any]) -> dict[str, Any]:
     """mpi-operator v2's `newLauncherJob`: a batch Job owned by the MPIJob; returns it as stored."""
     name = job["metadata"]["name"]
-    template = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
-    labels = {
-        **(template.get("metadata") or {}).get("labels", {}),
-        "training.kubeflow.org/operator-name": "mpi-operator",
-        JOB_NAME: name,
-        JOB_ROLE: "launcher",
-    }
-    spec = {
-        **template["spec"],
-        "hostname": f"{name}-launcher",
-        "subdomain": name,
-        "restartPolicy": "OnFailure",
-    }
-    spec["containers"] = [{**spec["containers"][0], "env": [{"name": "K_MPI_JOB_ROLE", "value": "launcher"}]}]
+    labels, spec = mpi_pod_template(job, "launcher", f"{name}-launcher", "OnFailure")
     body = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -350,14 +288,14 @@ def job_pod(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_mpijob_v2_workers_gang_first_and_the_launcher_joins_later(
-    kube_api: Any, zone: Zone, objects: Objects, serves: Callable[..., Serve]
+    kube_api: Any, zone: Zone, objects: CustomObjects, serves: Callable[..., Serve]
 ) -> None:
     devcluster.install_upstream_crds(kube_api, "kubeflow")
     crd = client.ApiextensionsV1Api(kube_api).read_custom_resource_definition(MPIJOB_CRD)
     assert [v.name for v in crd.spec.versions if v.served] == ["v2beta1"], "not mpi-operator's MPIJob CRD"
     zone.node("n0", gpus=4)
     queue = zone.queue("q")
-    pod_spec = {"schedulerName": KAI_SCHEDULER, "nodeSelector": {ZONE_LABEL: zone.name}}
+    pod_spec = {"schedulerName": SCHEDULER_NAME, "nodeSelector": {ZONE_LABEL: zone.name}}
     job = objects.create(
         MPIJOBS,
         {
