@@ -221,7 +221,7 @@ def start_kuberay(
             *([f"--batch-scheduler={batch_scheduler}"] if batch_scheduler else []),
         ]
 
-    return _start(cluster, KUBERAY, argv, None, None, die_with_parent, timeout)
+    return _start(cluster, _Launch(KUBERAY, argv, None, None, die_with_parent, timeout))
 
 
 def start_training_operator(
@@ -280,7 +280,9 @@ def start_training_operator(
         "TMPDIR": str(_WEBHOOK_CERT_DIR.parents[1]),
     }
     _clear_webhook_cert()
-    return _start(cluster, TRAINING_OPERATOR, argv, env, _mirror_webhook_cert, die_with_parent, timeout)
+    return _start(
+        cluster, _Launch(TRAINING_OPERATOR, argv, env, _mirror_webhook_cert, die_with_parent, timeout)
+    )
 
 
 def stop_operator(cluster_dir: Path, name: str, grace: float = 10.0) -> None:
@@ -309,66 +311,62 @@ def _operator_bin_dir(bin_dir: Path | None, binary: str) -> Path:
     return bin_dir
 
 
-def _start(
-    cluster: DevCluster,
-    name: str,
-    argv: Callable[[str, str, int], list[str]],
-    env: Mapping[str, str] | None,
-    while_waiting: Callable[[Any], None] | None,
-    die_with_parent: bool,
-    timeout: float,
-) -> OperatorProcess:
-    """Start process ``name`` of ``cluster`` (replacing one already running) and wait until it is ready.
+@dataclass(frozen=True)
+class _Launch:
+    """How to start one operator process of a dev cluster."""
 
-    Free ports can be taken before the operator binds them, so an "address already in use"
-    exit is retried on new ones, as the control plane's start does.  On any failure the
-    operator is stopped before the exception propagates.
+    name: str
+    argv: Callable[[str, str, int], list[str]]
+    """The command line for (metrics address, probe address, a spare port)."""
+    env: Mapping[str, str] | None
+    while_waiting: Callable[[Any], None] | None
+    """Run with an API client between readiness probes, for what the operator needs while it starts."""
+    die_with_parent: bool
+    timeout: float
+
+
+def _start(cluster: DevCluster, launch: _Launch) -> OperatorProcess:
+    """Start the process (replacing one of that name already running) and wait until it is ready.
+
+    Free ports can be taken before the operator binds them, so an exit that says so is
+    retried on new ones, as the control plane's start does.  On any failure the operator is
+    stopped before the exception propagates.
     """
-    stop_operator(cluster.dir, name)
+    stop_operator(cluster.dir, launch.name)
     attempt = 0
     while True:
         attempt += 1
         try:
-            return _launch_and_wait(cluster, name, argv, env, while_waiting, die_with_parent, timeout)
+            return _launch_and_wait(cluster, launch)
         except BaseException as exc:
             with contextlib.suppress(Exception):
-                stop_operator(cluster.dir, name)
+                stop_operator(cluster.dir, launch.name)
             port_taken = isinstance(exc, ExitedDuringStartup) and exc.port_taken
             if not port_taken or attempt == _PORT_ATTEMPTS:
                 raise
 
 
-def _launch_and_wait(
-    cluster: DevCluster,
-    name: str,
-    argv: Callable[[str, str, int], list[str]],
-    env: Mapping[str, str] | None,
-    while_waiting: Callable[[Any], None] | None,
-    die_with_parent: bool,
-    timeout: float,
-) -> OperatorProcess:
-    """Launch ``argv(metrics_addr, probe_addr, spare_port)`` on free ports and wait for its /readyz.
-
-    ``while_waiting(api)`` runs between readiness probes, for what the operator needs done
-    while it starts; its errors end the wait at once, as the operator exiting does.
-    """
+def _launch_and_wait(cluster: DevCluster, launch: _Launch) -> OperatorProcess:
+    """Launch on free ports and wait for its /readyz; `while_waiting`'s errors end the wait at
+    once, as the operator exiting does."""
+    name = launch.name
     state = read_state(cluster.dir)
     if state is None:
         raise DevClusterError(f"no dev cluster is recorded in {cluster.dir}")
-    launcher = Launcher(cluster.dir, state, die_with_parent)
+    launcher = Launcher(cluster.dir, state, launch.die_with_parent)
     metrics_port, probe_port, spare_port = free_ports(3)
     readyz_url = f"http://{LOOPBACK}:{probe_port}/readyz"
     pid = launcher.launch(
-        name, argv(f"{LOOPBACK}:{metrics_port}", f"{LOOPBACK}:{probe_port}", spare_port), env
+        name, launch.argv(f"{LOOPBACK}:{metrics_port}", f"{LOOPBACK}:{probe_port}", spare_port), launch.env
     )
     with contextlib.closing(cluster.api_client()) as api:
 
         def check() -> None:
             launcher.check_alive(name)
-            if while_waiting is not None:
-                while_waiting(api)
+            if launch.while_waiting is not None:
+                launch.while_waiting(api)
 
-        wait_until(f"{name} {readyz_url}", lambda: _http_ok(readyz_url), timeout, check)
+        wait_until(f"{name} {readyz_url}", lambda: _http_ok(readyz_url), launch.timeout, check)
     return OperatorProcess(
         name=name,
         cluster_dir=cluster.dir,
