@@ -21,8 +21,8 @@ demo: $(STAMP)
 # Kubernetes tests, built from their Go modules into ~/.cache/kai-ray/k8s-test-bin once
 # (cold: roughly 15 min on 2 cores, 4-6 of them for the operators; then a no-op).
 kube-bins:
-	bash tools/k8s/build-bins.sh
-	bash tools/k8s/build-operators.sh
+	bash kai_ray/devcluster/toolchain/build-bins.sh
+	bash kai_ray/devcluster/toolchain/build-operators.sh
 
 test: $(STAMP) kube-bins
 	$(BIN)/python -m pytest

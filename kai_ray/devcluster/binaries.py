@@ -17,9 +17,9 @@ __all__ = [
     "require_binaries",
 ]
 
-#: What ``tools/k8s/build-bins.sh`` must have produced for ``start`` (kwok is optional).
+#: What ``kai_ray/devcluster/toolchain/build-bins.sh`` must have produced for ``start`` (kwok is optional).
 CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver")
-#: What ``tools/k8s/build-operators.sh`` produces: KubeRay's and Kubeflow's operators.
+#: What ``kai_ray/devcluster/toolchain/build-operators.sh`` produces: KubeRay's and Kubeflow's operators.
 OPERATOR_BINARIES = ("ray-operator", "training-operator")
 
 
@@ -49,27 +49,30 @@ def default_crd_dir(root: Path | None = None) -> Path:
     return (root.parent / "shared" / "crds" / "kai").resolve()
 
 
-def build_bins(root: Path | None = None, timeout: float = 3600.0) -> Path:
+TOOLCHAIN = Path(__file__).resolve().parent / "toolchain"
+"""The build scripts and the wrapper Go modules that pin what they build: package data, so an
+installed kai-ray builds its dev cluster's binaries as a checkout does."""
+
+
+def build_bins(timeout: float = 3600.0) -> Path:
     """Build (first time only) or locate kube-apiserver/etcd/kwok and return their directory.
 
     ``KAI_RAY_K8S_BIN_DIR`` short-circuits the build for machines that already have binaries.
     """
-    return _built_dir("build-bins.sh", "KAI_RAY_K8S_BIN_DIR", CONTROL_PLANE_BINARIES, root, timeout)
+    return _built_dir("build-bins.sh", "KAI_RAY_K8S_BIN_DIR", CONTROL_PLANE_BINARIES, timeout)
 
 
-def build_operators(root: Path | None = None, timeout: float = 3600.0) -> Path:
+def build_operators(timeout: float = 3600.0) -> Path:
     """Build (first time only) or locate ray-operator/training-operator and return their directory.
 
     Separate from ``build_bins`` so a dev cluster that runs no operator never pays their cold
     build (minutes); ``KAI_RAY_OPERATOR_BIN_DIR`` short-circuits it like ``KAI_RAY_K8S_BIN_DIR``.
     """
-    return _built_dir("build-operators.sh", "KAI_RAY_OPERATOR_BIN_DIR", OPERATOR_BINARIES, root, timeout)
+    return _built_dir("build-operators.sh", "KAI_RAY_OPERATOR_BIN_DIR", OPERATOR_BINARIES, timeout)
 
 
-def _built_dir(
-    script_name: str, env_var: str, names: tuple[str, ...], root: Path | None, timeout: float
-) -> Path:
-    """Run ``tools/k8s/SCRIPT_NAME`` (a no-op once built) and return the bin dir it prints.
+def _built_dir(script_name: str, env_var: str, names: tuple[str, ...], timeout: float) -> Path:
+    """Run ``toolchain/SCRIPT_NAME`` (a no-op once built) and return the bin dir it prints.
 
     The build scripts print the bin dir as their last stdout line; their progress goes to
     stderr, which is passed through so a cold build of several minutes is visibly alive.
@@ -79,8 +82,7 @@ def _built_dir(
         path = Path(env_dir)
         require_binaries(path, names)
         return path
-    root = repo_root() if root is None else root
-    script = root / "tools" / "k8s" / script_name
+    script = TOOLCHAIN / script_name
     if not script.is_file():
         raise DevClusterError(f"{script} not found; set {env_var} to a directory with the binaries")
     proc = subprocess.run(

@@ -4,7 +4,7 @@ Why this exists: kai-ray's Kubernetes backend must be tested against a *real* ku
 (the same approach as controller-runtime's envtest and KAI's own env-tests), never a mocked
 client, because the behaviour that matters (resourceVersions, watches, 409 conflicts,
 admission, status subresources, pods/binding) lives in the server.  The binaries are built
-from their published Go modules by ``tools/k8s/build-bins.sh`` into a cache outside the
+from their published Go modules by ``kai_ray/devcluster/toolchain/build-bins.sh`` into a cache outside the
 repository; this module only starts and stops them.
 
 What it starts (everything bound to 127.0.0.1 on free ports, nothing else is dialled):

@@ -5,7 +5,7 @@ depends on what these operators really do to the pods they create: KubeRay's kai
 batch plugin (``--batch-scheduler=kai-scheduler``, v1.5.0+) sets ``schedulerName`` and copies
 the ``kai.scheduler/queue`` label, the training-operator puts its ``training.kubeflow.org/*``
 labels on every replica.  So the Kubernetes tests run the real binaries, built from their Go
-modules by ``tools/k8s/build-operators.sh``, instead of imitating them.
+modules by ``kai_ray/devcluster/toolchain/build-operators.sh``, instead of imitating them.
 
 Each operator is a process of the dev cluster: recorded in ``DIR/state.json`` like etcd and
 the apiserver, so ``stop(DIR)`` (or ``kai-ray devcluster down``) ends it too and
@@ -38,7 +38,13 @@ from typing import Any, Literal
 
 import yaml
 
-from kai_ray.devcluster.binaries import DevClusterError, build_operators, repo_root, require_binaries
+from kai_ray.devcluster.binaries import (
+    TOOLCHAIN,
+    DevClusterError,
+    build_operators,
+    repo_root,
+    require_binaries,
+)
 from kai_ray.devcluster.control_plane import DevCluster, _http_ok
 from kai_ray.devcluster.processes import (
     LOOPBACK,
@@ -79,7 +85,7 @@ TRAINING_OPERATOR = "training-operator"
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
 #: The Secret upstream's kustomization creates empty; the operator's cert rotator fills it.
 _WEBHOOK_SECRET = "training-operator-webhook-cert"
-#: The training-operator's Go module; its version is the one ``tools/k8s/training-operator`` pins.
+#: The training-operator's Go module; its version is the one ``toolchain/training-operator`` pins.
 _TRAINING_OPERATOR_MODULE = "github.com/kubeflow/training-operator"
 #: One CRD name for two APIs: mpi-operator's ``kubeflow.org/v2beta1`` MPIJob (in
 #: ``../shared/crds/kubeflow``) and the training-operator's own ``kubeflow.org/v1`` one.
@@ -133,16 +139,15 @@ def install_upstream_crds(api: Any, project: UpstreamProject, timeout: float = 1
     return install_crds(api, upstream_crd_dir(project), timeout=timeout)
 
 
-def training_operator_crd_dir(root: Path | None = None) -> Path:
-    """``manifests/base/crds`` of the training-operator's Go module, the version ``tools/k8s`` pins.
+def training_operator_crd_dir() -> Path:
+    """``manifests/base/crds`` of the training-operator's Go module, the version ``toolchain`` pins.
 
     The operator's own CRDs (PyTorchJob, TFJob, MPIJob v1, ...), found in the Go module cache
     the operator was built from by ``go list -m`` in the wrapper module (no download).  Only
     here is the ``kubeflow.org/v1`` MPIJob CRD: ``../shared/crds/kubeflow`` has mpi-operator's
     ``kubeflow.org/v2beta1`` under the same name.
     """
-    root = repo_root() if root is None else root
-    wrapper = root / "tools" / "k8s" / "training-operator"
+    wrapper = TOOLCHAIN / "training-operator"
     argv = ["go", "list", "-mod=readonly", "-m", "-f", "{{.Dir}}", _TRAINING_OPERATOR_MODULE]
     try:
         proc = subprocess.run(argv, cwd=wrapper, capture_output=True, text=True, timeout=60, check=False)

@@ -5,8 +5,9 @@ takes ~10-20 s on 2 cores; tests isolate themselves with a fresh namespace each.
 never finish deleting (no kube-controller-manager), so teardown deletes the test's pods with
 grace 0 and leaves the namespace Terminating, which is harmless.
 
-The binaries come from tools/k8s/build-bins.sh (cached outside the repo).  `make test` builds
-them first (`make kube-bins`) so a cold ~10 minute build does not run inside a test's timeout.
+The binaries come from kai_ray/devcluster/toolchain/build-bins.sh (cached outside the repo).
+`make test` builds them first (`make kube-bins`) so a cold ~10 minute build does not run inside
+a test's timeout.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 What KAI's grouping of Ray and PyTorch workloads relies on (spec integrations.md §2.3, §3),
 checked on the pods the operators really create, built from their Go modules by
-tools/k8s/build-operators.sh: KubeRay with ``--batch-scheduler=kai-scheduler`` stamps the
+kai_ray/devcluster/toolchain/build-operators.sh: KubeRay with ``--batch-scheduler=kai-scheduler`` stamps the
 scheduler name and the RayCluster's queue label on every pod, the training-operator labels each
 replica, and both make the pods owned by their custom resource.  Nothing schedules these pods
 (no kai-ray scheduler runs in this module), so they stay Pending.

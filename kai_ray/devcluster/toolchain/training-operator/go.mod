@@ -1,4 +1,4 @@
-module kai-ray/tools/k8s/training-operator
+module kai-ray/toolchain/training-operator
 
 go 1.22
 

@@ -1,4 +1,4 @@
-module kai-ray/tools/k8s/apiserver
+module kai-ray/toolchain/apiserver
 
 go 1.26.0
 

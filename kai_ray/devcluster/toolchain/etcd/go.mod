@@ -1,4 +1,4 @@
-module kai-ray/tools/k8s/etcd
+module kai-ray/toolchain/etcd
 
 go 1.25.0
 

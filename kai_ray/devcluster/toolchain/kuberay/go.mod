@@ -1,4 +1,4 @@
-module kai-ray/tools/k8s/kuberay
+module kai-ray/toolchain/kuberay
 
 go 1.24.0
 

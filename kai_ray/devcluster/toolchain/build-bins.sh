@@ -6,15 +6,15 @@
 # Why: kai-ray's Kubernetes tests run against a real kube-apiserver + etcd on loopback and no
 # package registry ships those binaries. See ../shared/design/real-apiserver.md.
 #
-# Reproducible path: the wrapper modules tools/k8s/apiserver and tools/k8s/etcd pin every
+# Reproducible path: the wrapper modules kai_ray/devcluster/toolchain/apiserver and kai_ray/devcluster/toolchain/etcd pin every
 # dependency (go.mod + go.sum with a `tool` line); we only `go build -mod=readonly` there.
 # `go install k8s.io/kubernetes/cmd/kube-apiserver@vX` is refused (its go.mod has replace
 # directives for the staging modules), hence the wrappers, which replace each k8s.io staging
 # module by its published v0.X.Y version.
 #
 # Usage:
-#   tools/k8s/build-bins.sh                  # build what is missing, print the bin dir
-#   tools/k8s/build-bins.sh --update-modules # regenerate the committed wrapper go.mod/go.sum
+#   kai_ray/devcluster/toolchain/build-bins.sh                  # build what is missing, print the bin dir
+#   kai_ray/devcluster/toolchain/build-bins.sh --update-modules # regenerate the committed wrapper go.mod/go.sum
 #                                            # for K8S_VERSION/ETCD_VERSION (version bumps)
 # Environment:
 #   K8S_VERSION (1.36.3)  ETCD_VERSION (3.6.14)  KWOK_VERSION (0.8.0, "none" to skip kwok)
@@ -45,7 +45,7 @@ regen_apiserver_mod() {  # DIR
   mkdir -p "$d"; rm -f "$d/go.mod" "$d/go.sum"
   (
     cd "$d"
-    go mod init kai-ray/tools/k8s/apiserver >/dev/null 2>&1
+    go mod init kai-ray/toolchain/apiserver >/dev/null 2>&1
     go mod download k8s.io/kubernetes@v"$K8S_VERSION"
     kmod=$(go env GOMODCACHE)/k8s.io/kubernetes@v$K8S_VERSION/go.mod
     go mod edit -go="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$kmod")"
@@ -60,7 +60,7 @@ regen_apiserver_mod() {  # DIR
 
 # etcd's module root package is the etcd main; its go.mod has replaces (../api, ...) too.
 regen_etcd_mod() {  # DIR
-  regen_tool_mod "$1" kai-ray/tools/k8s/etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3
+  regen_tool_mod "$1" kai-ray/toolchain/etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3
 }
 
 if [ "${1:-}" = "--update-modules" ]; then

@@ -9,14 +9,14 @@
 # the Kubernetes tests run the real operators against the dev cluster
 # (kai_ray/devcluster/operators.py) instead of imitating them.
 #
-# Reproducible path: the wrapper modules tools/k8s/kuberay and tools/k8s/training-operator pin
+# Reproducible path: the wrapper modules kai_ray/devcluster/toolchain/kuberay and kai_ray/devcluster/toolchain/training-operator pin
 # every dependency (go.mod + go.sum with a `tool` line); we only `go build -mod=readonly` there.
 # Neither upstream go.mod has replace directives, so a wrapper resolves exactly the versions
 # upstream built with.
 #
 # Usage:
-#   tools/k8s/build-operators.sh                  # build what is missing, print the bin dir
-#   tools/k8s/build-operators.sh --update-modules # regenerate the committed wrapper go.mod/go.sum
+#   kai_ray/devcluster/toolchain/build-operators.sh                  # build what is missing, print the bin dir
+#   kai_ray/devcluster/toolchain/build-operators.sh --update-modules # regenerate the committed wrapper go.mod/go.sum
 #                                                 # for KUBERAY_VERSION/TRAINING_OPERATOR_VERSION
 # Environment:
 #   KUBERAY_VERSION (1.5.0)  TRAINING_OPERATOR_VERSION (1.8.1)
@@ -37,7 +37,7 @@ WORK=$CACHE/work
 # Upstream's release images are static builds too; no C toolchain needed.
 export CGO_ENABLED=0
 
-# One line per operator: binary name, wrapper dir (under tools/k8s), module, version, main package.
+# One line per operator: binary name, wrapper dir (under this directory), module, version, main package.
 OPERATORS=(
   "ray-operator kuberay github.com/ray-project/kuberay/ray-operator $KUBERAY_VERSION github.com/ray-project/kuberay/ray-operator"
   "training-operator training-operator github.com/kubeflow/training-operator $TRAINING_OPERATOR_VERSION github.com/kubeflow/training-operator/cmd/training-operator.v1"
@@ -52,7 +52,7 @@ if [ "${1:-}" = "--update-modules" ]; then
   for row in "${OPERATORS[@]}"; do
     read -r _ dir module version package <<<"$row"
     log "regenerating $HERE/$dir for $module v$version"
-    regen_tool_mod "$HERE/$dir" "kai-ray/tools/k8s/$dir" "$module" "$version" "$package"
+    regen_tool_mod "$HERE/$dir" "kai-ray/toolchain/$dir" "$module" "$version" "$package"
   done
   exit 0
 fi
@@ -68,7 +68,7 @@ for row in "${OPERATORS[@]}"; do
   if ! pinned "$d" "$module" "$version"; then
     d=$WORK/$dir-$version
     log "$module v$version is not the committed pin: generating a wrapper module in $d"
-    regen_tool_mod "$d" "kai-ray/tools/k8s/$dir" "$module" "$version" "$package" \
+    regen_tool_mod "$d" "kai-ray/toolchain/$dir" "$module" "$version" "$package" \
       || die "could not pin $module v$version through the Go module proxy (go's errors are above)"
   fi
   log "building $bin v$version (cold: 2-3 min and ~0.8 GB RAM on 2 cores)"
