@@ -3,7 +3,8 @@
 The pods here are made by the upstream operators themselves (KubeRay's ray-operator v1.5.0
 and the Kubeflow training-operator v1.8.1, built by
 kai_ray/devcluster/toolchain/build-operators.sh), grouped by serve's in-process podgrouper
-as KAI's podgrouper would (spec integrations.md §2, §3) and scheduled by serve.  Each test has GPU nodes of its own (`zone`), so the arithmetic is exact:
+as KAI's podgrouper would (spec integrations.md §2, §3) and scheduled by serve.  Each test
+has GPU nodes of its own (`zone`), so the arithmetic is exact:
 
 - RayCluster with KubeRay's KAI plugin: head + 4 GPU workers bind together under one PodGroup
   with SubGroups `headgroup`/`workers`; a second RayCluster that needs more GPUs than are left
