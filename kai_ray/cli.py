@@ -67,6 +67,10 @@ LeaseDurationOption = Annotated[
 RenewDeadlineOption = Annotated[
     float, typer.Option("--renew-deadline", help="Seconds the leader may fail to renew before it stops.")
 ]
+MetricsAddressOption = Annotated[
+    str,
+    typer.Option("--metrics-address", help="host:port for /metrics, /healthz and /readyz; empty to disable."),
+]
 RetryPeriodOption = Annotated[float, typer.Option("--retry-period", help="Seconds between lease attempts.")]
 QueueLabelOption = Annotated[
     str, typer.Option("--queue-label-key", help="Pod/workload label naming its queue (KAI's default).")
@@ -325,10 +329,7 @@ def serve(
     shards: ShardsOption = 2,
     ray_address: RayAddressOption = None,
     period: Annotated[float, typer.Option("--period", min=0.05, help="Seconds between cycles.")] = 1.0,
-    metrics_address: Annotated[
-        str,
-        typer.Option("--metrics-address", help="host:port for Prometheus /metrics; empty to disable."),
-    ] = "127.0.0.1:8080",
+    metrics_address: MetricsAddressOption = "127.0.0.1:8080",
     lease_namespace: LeaseNamespaceOption = "default",
     identity: IdentityOption = None,
     bind_backoff_limit: Annotated[
@@ -379,6 +380,7 @@ def podgrouper(
     period: Annotated[
         float, typer.Option("--period", min=0.05, help="Seconds between passes when nothing changes.")
     ] = 1.0,
+    metrics_address: MetricsAddressOption = "127.0.0.1:8081",
     lease_namespace: LeaseNamespaceOption = "default",
     identity: IdentityOption = None,
     lease_duration: LeaseDurationOption = 15.0,
@@ -399,6 +401,7 @@ def podgrouper(
         lease_namespace=lease_namespace,
         identity=identity,
         lease_timing=_lease_timing(lease_duration, renew_deadline, retry_period),
+        metrics_address=metrics_address,
     )
     factory = _grouper_factory(queue_label_key, nodepool_label_key, default_priorities_configmap)
     raise typer.Exit(code=run_podgrouper(options, factory))

@@ -52,7 +52,6 @@ class Serve:
     ) -> None:
         self.identity = identity
         self.log_path = logs / f"{command}-{identity}-{time.monotonic_ns()}.log"
-        metrics = ["--metrics-address", "127.0.0.1:0"] if command == "serve" else []
         argv = [
             str(KAI_RAY),
             command,
@@ -64,7 +63,8 @@ class Serve:
             identity,
             "--lease-namespace",
             lease_namespace,
-            *metrics,
+            "--metrics-address",
+            "127.0.0.1:0",
             *extra,
         ]
         with self.log_path.open("wb") as stderr:
@@ -92,7 +92,11 @@ class Serve:
         found: list[str] = []
 
         def logged() -> bool:
-            found.extend(m.split("metrics on ", 1)[1] for m in self.messages() if m.startswith("metrics on "))
+            found.extend(
+                m.split("metrics on ", 1)[1].split(" ", 1)[0]
+                for m in self.messages()
+                if m.startswith("metrics on ")
+            )
             return bool(found)
 
         wait_until(logged, 30, f"the metrics address in the log\n{self.tail()}")

@@ -12,17 +12,17 @@ import threading
 from collections import Counter as Tally
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from kai_ray.cluster.kube.grouping import GroupingResult
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.queues import QueueBook
 from kai_ray.model.objects import UNLIMITED
 
-__all__ = ["LATENCY_BUCKETS_MS", "EvictedPodGroup", "SchedulerMetrics"]
+__all__ = ["LATENCY_BUCKETS_MS", "EvictedPodGroup", "GroupingMetrics", "SchedulerMetrics"]
 
 LATENCY_BUCKETS_MS = tuple(5.0 * 2**k for k in range(10))
 """KAI's `prometheus.ExponentialBuckets(5, 2, 10)`: 5 ms … 2560 ms."""
@@ -58,7 +58,6 @@ class SchedulerMetrics:
     def __init__(self, namespace: str = "kai") -> None:
         self.registry = CollectorRegistry()
         self._lock = threading.Lock()
-        self._server: tuple[WSGIServer, threading.Thread] | None = None
         self._queue_series: set[tuple[str, str, str]] = set()
         self._evicted_series: set[tuple[str, str, str, str, str]] = set()
         self._tracked_keys: set[str] = set()
@@ -127,6 +126,7 @@ class SchedulerMetrics:
         # Counters and histograms live in an inner registry, exposed through a filter that drops
         # their `_created` series: KAI's Go client exposes none, and turning them off with
         # `disable_created_metrics()` would change every registry of the process, Ray's included.
+        self.grouping = GroupingMetrics(self.registry, namespace)
         stamped = CollectorRegistry()
         self.registry.register(_WithoutCreated(stamped))
         self.evicted = Counter(
@@ -155,32 +155,6 @@ class SchedulerMetrics:
             namespace=namespace,
             registry=stamped,
         )
-
-    # ------------------------------------------------------------------ serving
-    def serve(self, address: str) -> tuple[str, int]:
-        """Serve /metrics on `address` ("host:port"; empty host = all interfaces, port 0 = any free one).
-
-        Returns the bound (host, port), so a caller that asked for port 0 can tell scrapers
-        where to look.  A malformed address raises ValueError naming the expected form, so a
-        typo in a flag fails at start-up rather than as an obscure socket error.
-        """
-        host, port = _parse_address(address)
-        with self._lock:
-            if self._server is not None:
-                raise RuntimeError("metrics are already being served; close() first")
-            self._server = start_http_server(port, addr=host, registry=self.registry)
-            bound_host, bound_port = self._server[0].server_address[:2]
-        return str(bound_host), int(bound_port)
-
-    def close(self) -> None:
-        """Stop the HTTP server started by `serve` and free its port (no-op when not serving)."""
-        with self._lock:
-            server, self._server = self._server, None
-        if server is not None:
-            httpd, thread = server
-            httpd.shutdown()
-            httpd.server_close()
-            thread.join()
 
     # ------------------------------------------------------------------ observations
     def observe_cycle(
@@ -278,6 +252,34 @@ class SchedulerMetrics:
         self.leader.set(1 if leading else 0)
 
 
+class GroupingMetrics:
+    """What the podgrouper did, counted (KAI's podgrouper exports only controller-runtime's
+    generic metrics, so these are `ray_…`): in `serve`'s registry, or the podgrouper's own."""
+
+    def __init__(self, registry: CollectorRegistry, namespace: str = "kai") -> None:
+        stamped = CollectorRegistry()
+        registry.register(_WithoutCreated(stamped))
+
+        def counter(name: str, documentation: str, labels: Iterable[str] = ()) -> Counter:
+            return Counter(name, documentation, labels, namespace=namespace, registry=stamped)
+
+        self.podgroups_written = counter(
+            "ray_podgrouper_podgroups_written_total",
+            "PodGroups created or brought up to date.",
+            ["operation"],
+        )
+        self.pods_linked = counter("ray_podgrouper_pods_linked_total", "Pods linked to their PodGroup.")
+        self.pods_ungrouped = counter(
+            "ray_podgrouper_pods_ungrouped_total", "Times a pod could not be grouped (an Event says why)."
+        )
+
+    def observe(self, result: GroupingResult) -> None:
+        self.podgroups_written.labels(operation="create").inc(len(result.created))
+        self.podgroups_written.labels(operation="update").inc(len(result.updated))
+        self.pods_linked.inc(len(result.annotated))
+        self.pods_ungrouped.inc(len(result.failed))
+
+
 class _PlainCounter(Collector):
     """A labelled counter exposed under exactly its name, as KAI's Go client exposes it.
 
@@ -331,12 +333,3 @@ def _full_name(namespace: str, name: str) -> str:
 def _cores(millicores: float) -> float:
     """Millicores as cores; KAI's -1 ("unlimited") stays -1 rather than becoming -0.001."""
     return millicores if millicores == UNLIMITED else millicores / MILLICORES_PER_CORE
-
-
-def _parse_address(address: str) -> tuple[str, int]:
-    """("host", port) from "host:port", "[v6]:port" or ":port" (all interfaces, as Go listens)."""
-    host, colon, port_text = address.rpartition(":")
-    if not colon or not port_text.isdigit() or int(port_text) > 65535:
-        raise ValueError(f"metrics address {address!r}: expected host:port, e.g. 0.0.0.0:8080 or :8080")
-    host = host.removeprefix("[").removesuffix("]")
-    return host or "0.0.0.0", int(port_text)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from prometheus_client import CollectorRegistry
+
 from kai_ray import __version__
 from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.fence import NotLeader
@@ -22,14 +24,18 @@ from kai_ray.cluster.kube.grouping import PodGrouper, log_grouping
 from kai_ray.cluster.kube.leader import LeaderElector, LeaseTiming, lease_name
 from kai_ray.cluster.kube.permissions import OWNER_READ_PERMISSIONS, PODGROUPER_PERMISSIONS
 from kai_ray.cluster.kube.status import EventWriter, api_error_message
+from kai_ray.server.endpoints import Health
 from kai_ray.server.logs import configure_logging
+from kai_ray.server.metrics import GroupingMetrics
 from kai_ray.server.scheduler import API_FAILURES, CACHE_SYNC_TIMEOUT_SECONDS, EVENT_FLUSH_SECONDS
 from kai_ray.server.serve import (
+    DEFAULT_METRICS_ADDRESS,
     EXIT_CLUSTER,
     EXIT_STOPPED,
     GrouperFactory,
     ServeError,
     connect,
+    open_endpoints,
     stop_on_signals,
 )
 
@@ -51,6 +57,8 @@ class PodGrouperOptions:
     lease_namespace: str = "default"
     identity: str | None = None
     lease_timing: LeaseTiming = field(default_factory=LeaseTiming)
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
+    """``host:port`` for /metrics, /healthz and /readyz; empty disables it."""
 
 
 def run_podgrouper(options: PodGrouperOptions, make_grouper: GrouperFactory) -> int:
@@ -66,6 +74,9 @@ def run_podgrouper(options: PodGrouperOptions, make_grouper: GrouperFactory) -> 
             PODGROUPER_PERMISSIONS,
             OWNER_READ_PERMISSIONS,
         )
+        registry = CollectorRegistry()
+        health = Health()
+        endpoints = open_endpoints(registry, health, options.metrics_address)
     except ServeError as error:
         log.error("%s", error)
         return error.exit_code
@@ -73,8 +84,19 @@ def run_podgrouper(options: PodGrouperOptions, make_grouper: GrouperFactory) -> 
     log.info(
         "kai-ray %s podgrouper as %s (scheduler %s)", __version__, connection.identity, options.scheduler_name
     )
-    loop = GroupingLoop(connection.api, make_grouper(connection.api), options.scheduler_name)
-    if loop.run(stop, options.period, connection.elector):
+    loop = GroupingLoop(
+        connection.api,
+        make_grouper(connection.api),
+        options.scheduler_name,
+        metrics=GroupingMetrics(registry),
+        health=health,
+    )
+    try:
+        lost = loop.run(stop, options.period, connection.elector)
+    finally:
+        if endpoints is not None:
+            endpoints.close()
+    if lost:
         log.error("exiting: leadership was lost; another replica groups pods now")
         return EXIT_CLUSTER
     return EXIT_STOPPED
@@ -84,9 +106,18 @@ class GroupingLoop:
     """Grouping passes over a cache of what grouping reads, one per change (or per period)."""
 
     def __init__(
-        self, api: Any, grouper: PodGrouper, scheduler_name: str, namespace: str | None = None
+        self,
+        api: Any,
+        grouper: PodGrouper,
+        scheduler_name: str,
+        namespace: str | None = None,
+        *,
+        metrics: GroupingMetrics | None = None,
+        health: Health | None = None,
     ) -> None:
         self.grouper = grouper
+        self.metrics = metrics
+        self.health = health
         self.cache = ClusterCache(
             api, scheduler_name=scheduler_name, namespace=namespace, kinds=PODGROUPER_KINDS
         )
@@ -102,6 +133,8 @@ class GroupingLoop:
         try:
             if not self.cache.sync_or_stop(stop, CACHE_SYNC_TIMEOUT_SECONDS):
                 return False
+            if self.health is not None:
+                self.health.mark_ready()
             if elector is not None and not elector.lead(stop):
                 return False
             seen = -1
@@ -120,13 +153,16 @@ class GroupingLoop:
 
     def run_pass(self) -> None:
         try:
-            log_grouping(self.grouper.group(self.cache, self.events))
+            grouped = self.grouper.group(self.cache, self.events)
         except NotLeader:
             log.error("grouping pass stopped: this replica is no longer the leader")
             return
         except API_FAILURES as error:
             log.warning("grouping pass failed, the next starts from the cache: %s", api_error_message(error))
             return
+        log_grouping(grouped)
+        if self.metrics is not None:
+            self.metrics.observe(grouped)
         pods = {
             (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
             for meta in ((pod.get("metadata") or {}) for pod in self.cache.objects("Pod"))

@@ -50,6 +50,7 @@ from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.model.snapshot import compile_snapshot
+from kai_ray.server.endpoints import Health
 from kai_ray.server.metrics import EvictedPodGroup, SchedulerMetrics
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,8 @@ class KubeScheduler:
     metrics: SchedulerMetrics | None = None
     concurrency: int = DEFAULT_CONCURRENCY
     bind_backoff_limit: int | None = DEFAULT_BIND_BACKOFF_LIMIT
+    health: Health | None = None
+    """Told when the cache has listed everything (readiness), and when it has not yet."""
     grouper: PodGrouper | None = None
     """Gives our pods their PodGroups each cycle (the operators' podgrouper); None when another
     process does (`kai-ray podgrouper`, KAI's own) and the loop only schedules PodGroups it finds."""
@@ -131,7 +134,10 @@ class KubeScheduler:
         server cannot list must not keep everything else from being scheduled).
         """
         self.cache.start()
-        return self.cache.sync_or_stop(stop, CACHE_SYNC_TIMEOUT_SECONDS)
+        synced = self.cache.sync_or_stop(stop, CACHE_SYNC_TIMEOUT_SECONDS)
+        if synced and self.health is not None:
+            self.health.mark_ready()
+        return synced
 
     def stop(self) -> None:
         """Stop the cache and send the Events still queued (waiting at most a few seconds)."""
@@ -146,7 +152,10 @@ class KubeScheduler:
         cleaned = delete_stale_bind_requests(self.api, self.cache, concurrency=self.concurrency)
         phases.lap("cleanup")
         if self.grouper is not None:
-            log_grouping(self.grouper.group(self.cache, self.events))
+            grouped = self.grouper.group(self.cache, self.events)
+            log_grouping(grouped)
+            if self.metrics is not None:
+                self.metrics.grouping.observe(grouped)
         phases.lap("group")
         state, problems = snapshot(self.cache)
         phases.lap("snapshot")

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry
 
 from kai_ray import __version__
 from kai_ray.api.config import SchedulerConfig
@@ -38,6 +39,7 @@ from kai_ray.cluster.kube.permissions import (
     missing_permissions,
 )
 from kai_ray.distributed.executor import Executor
+from kai_ray.server.endpoints import Endpoints, Health
 from kai_ray.server.logs import configure_logging
 from kai_ray.server.metrics import SchedulerMetrics
 from kai_ray.server.scheduler import DEFAULT_CONCURRENCY, KubeScheduler, RunOutcome
@@ -200,6 +202,19 @@ def connect(
     return Connection(elector, api, identity)
 
 
+def open_endpoints(registry: CollectorRegistry, health: Health, address: str) -> Endpoints | None:
+    """/metrics, /healthz and /readyz on `address` (none when it is empty); a bad address is input."""
+    if not address:
+        return None
+    endpoints = Endpoints(registry, health)
+    try:
+        host, port = endpoints.serve(address)
+    except (ValueError, OSError) as error:
+        raise ServeError(f"--metrics-address {address}: {error}", EXIT_INPUT) from None
+    log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz)", host, port)
+    return endpoints
+
+
 def stop_on_signals() -> threading.Event:
     """An event set by SIGTERM or SIGINT: the loop finishes its pass and gives up the lease."""
     stop = threading.Event()
@@ -228,12 +243,8 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
         OWNER_READ_PERMISSIONS if grouping else (),
     )
     metrics = SchedulerMetrics()
-    if options.metrics_address:
-        try:
-            host, port = metrics.serve(options.metrics_address)
-        except (ValueError, OSError) as error:
-            raise ServeError(f"--metrics-address {options.metrics_address}: {error}", EXIT_INPUT) from None
-        log.info("metrics on http://%s:%d/metrics", host, port)
+    health = Health()
+    endpoints = open_endpoints(metrics.registry, health, options.metrics_address)
     scheduler = KubeScheduler(
         connection.api,
         config=scheduler_config,
@@ -242,6 +253,7 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
         metrics=metrics,
         bind_backoff_limit=options.bind_backoff_limit,
         grouper=options.grouper(connection.api) if options.grouper is not None else None,
+        health=health,
     )
     stop = stop_on_signals()
     log.info(
@@ -251,7 +263,11 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
         options.scheduler_name,
         "in-process" if grouping else "off",
     )
-    outcome = scheduler.run(stop, period=options.period, elector=connection.elector)
+    try:
+        outcome = scheduler.run(stop, period=options.period, elector=connection.elector)
+    finally:
+        if endpoints is not None:
+            endpoints.close()
     if outcome is RunOutcome.LOST_LEADERSHIP:
         log.error("exiting: leadership was lost; another replica schedules now")
         return EXIT_CLUSTER

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -209,6 +210,12 @@ def test_the_podgrouper_alone_works_with_exactly_its_documented_rbac(
         assert troubles == []
         assert refusals_of(kube_cluster, zone.name, PODGROUPER_ACCOUNT) == []
         assert lease_holder(kube_api, zone.name, "kai-ray-kai-scheduler-podgrouper") == grouper.identity
+        probes = grouper.metrics_url().removesuffix("/metrics")
+        for path in ("/healthz", "/readyz"):
+            with urllib.request.urlopen(probes + path, timeout=10) as response:
+                assert response.status == 200, path
+        with urllib.request.urlopen(probes + "/metrics", timeout=10) as response:
+            assert b"kai_ray_podgrouper_pods_linked_total 3.0" in response.read()
         grouper.signal(signal.SIGTERM)
         assert grouper.proc.wait(timeout=30) == 0
 

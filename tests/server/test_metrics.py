@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-import urllib.request
-from collections.abc import Iterator
 
 import pytest
 from builders import cluster, config, run_with_session
@@ -58,10 +56,8 @@ def queue_labels(name: str, display: str = "") -> Labels:
 
 
 @pytest.fixture
-def metrics() -> Iterator[SchedulerMetrics]:
-    created = SchedulerMetrics()
-    yield created
-    created.close()
+def metrics() -> SchedulerMetrics:
+    return SchedulerMetrics()
 
 
 def reclaim_cycle() -> tuple[Plan, QueueBook]:
@@ -261,25 +257,6 @@ def test_another_namespace_prefixes_every_name() -> None:
     assert all(name.startswith("acme_") for name in names)
 
 
-def test_serve_answers_http_scrapes_until_closed(metrics: SchedulerMetrics) -> None:
-    metrics.set_leader(True)
-    host, port = metrics.serve("127.0.0.1:0")
-    assert host == "127.0.0.1" and port > 0
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        body = response.read().decode()
-    assert "kai_ray_leader 1.0" in body
-    metrics.close()
-    with pytest.raises(OSError):
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
-    metrics.close()
-
-
-@pytest.mark.parametrize("address", ["8080", "localhost", "host:http", "host:", "host:70000", "host:-1"])
-def test_serve_rejects_a_malformed_address(metrics: SchedulerMetrics, address: str) -> None:
-    with pytest.raises(ValueError, match="expected host:port"):
-        metrics.serve(address)
-
-
 def test_concurrent_observations_are_all_counted(metrics: SchedulerMetrics) -> None:
     def work() -> None:
         for _ in range(200):
@@ -294,3 +271,21 @@ def test_concurrent_observations_are_all_counted(metrics: SchedulerMetrics) -> N
     found = samples(metrics)
     assert found["kai_ray_pods_bound_total"] == {labels(): 1600.0}
     assert list(found["kai_pod_group_evicted_pods_total"].values()) == [1600.0]
+
+
+def test_grouping_is_counted_without_created_samples(metrics: SchedulerMetrics) -> None:
+    from prometheus_client import generate_latest
+
+    from kai_ray.cluster.kube.grouping import GroupingResult
+
+    metrics.grouping.observe(
+        GroupingResult(
+            created=["ns/a"], updated=["ns/b", "ns/c"], annotated=["ns/p"], failed=[("ns/q", "why")]
+        )
+    )
+    text = generate_latest(metrics.registry).decode()
+    assert 'kai_ray_podgrouper_podgroups_written_total{operation="create"} 1.0' in text
+    assert 'kai_ray_podgrouper_podgroups_written_total{operation="update"} 2.0' in text
+    assert "kai_ray_podgrouper_pods_linked_total 1.0" in text
+    assert "kai_ray_podgrouper_pods_ungrouped_total 1.0" in text
+    assert "_created" not in text
