@@ -9,17 +9,19 @@ from pathlib import Path
 __all__ = [
     "CONTROL_PLANE_BINARIES",
     "OPERATOR_BINARIES",
+    "TOOLCHAIN",
     "DevClusterError",
     "build_bins",
     "build_operators",
+    "built_dir",
     "default_crd_dir",
     "repo_root",
     "require_binaries",
 ]
 
-#: What ``kai_ray/devcluster/toolchain/build-bins.sh`` must have produced for ``start`` (kwok is optional).
+#: What ``toolchain/build-bins.sh`` must have produced for ``start`` (kwok is optional).
 CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver")
-#: What ``kai_ray/devcluster/toolchain/build-operators.sh`` produces: KubeRay's and Kubeflow's operators.
+#: What ``toolchain/build-operators.sh`` produces: KubeRay's and Kubeflow's operators.
 OPERATOR_BINARIES = ("ray-operator", "training-operator")
 
 
@@ -59,7 +61,7 @@ def build_bins(timeout: float = 3600.0) -> Path:
 
     ``KAI_RAY_K8S_BIN_DIR`` short-circuits the build for machines that already have binaries.
     """
-    return _built_dir("build-bins.sh", "KAI_RAY_K8S_BIN_DIR", CONTROL_PLANE_BINARIES, timeout)
+    return built_dir("build-bins.sh", "KAI_RAY_K8S_BIN_DIR", CONTROL_PLANE_BINARIES, timeout)
 
 
 def build_operators(timeout: float = 3600.0) -> Path:
@@ -68,10 +70,10 @@ def build_operators(timeout: float = 3600.0) -> Path:
     Separate from ``build_bins`` so a dev cluster that runs no operator never pays their cold
     build (minutes); ``KAI_RAY_OPERATOR_BIN_DIR`` short-circuits it like ``KAI_RAY_K8S_BIN_DIR``.
     """
-    return _built_dir("build-operators.sh", "KAI_RAY_OPERATOR_BIN_DIR", OPERATOR_BINARIES, timeout)
+    return built_dir("build-operators.sh", "KAI_RAY_OPERATOR_BIN_DIR", OPERATOR_BINARIES, timeout)
 
 
-def _built_dir(script_name: str, env_var: str, names: tuple[str, ...], timeout: float) -> Path:
+def built_dir(script_name: str, env_var: str, names: tuple[str, ...], timeout: float) -> Path:
     """Run ``toolchain/SCRIPT_NAME`` (a no-op once built) and return the bin dir it prints.
 
     The build scripts print the bin dir as their last stdout line; their progress goes to
