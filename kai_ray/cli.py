@@ -294,12 +294,38 @@ def devcluster_up(
     directory: Annotated[Path, typer.Option("--dir", help="Where the kubeconfig, logs and state go.")],
     nodes: Annotated[int, typer.Option("--nodes", min=0, help="Fake GPU nodes to create.")] = 0,
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0)] = 8,
+    bin_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--bin-dir",
+            help="Use the etcd and kube-apiserver (and kwok, if there) in DIR instead of building them.",
+        ),
+    ] = None,
+    crd_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--crd-dir", help="Install the CRDs in these YAML files instead of kai-ray's generated ones."
+        ),
+    ] = None,
 ) -> None:
     """Start etcd, kube-apiserver and a pod runner; install CRDs and KAI's default objects."""
     from kai_ray import devcluster
 
+    # Checked here too so the one-line error names the flag (start() checks both again).
     try:
-        cluster = devcluster.start(directory, nodes=nodes, gpus_per_node=gpus_per_node)
+        if bin_dir is not None:
+            devcluster.require_binaries(bin_dir)
+    except devcluster.DevClusterError as exc:
+        _fail([f"--bin-dir: {exc}"])
+    try:
+        if crd_dir is not None:
+            devcluster.crd_documents(crd_dir)
+    except devcluster.DevClusterError as exc:
+        _fail([f"--crd-dir: {exc}"])
+    try:
+        cluster = devcluster.start(
+            directory, nodes=nodes, gpus_per_node=gpus_per_node, bin_dir=bin_dir, crd_dir=crd_dir
+        )
     except devcluster.DevClusterError as exc:
         _fail([str(exc)])
     typer.echo(f"kubeconfig: {cluster.kubeconfig}")

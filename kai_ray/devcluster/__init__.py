@@ -2,8 +2,9 @@
 
 Not part of a running scheduler: `kai-ray devcluster up/down`, the Kubernetes tests and
 `kai-ray bench --kube` use it.  `control_plane` starts and stops it, `seeding` creates what a
-fresh KAI install has, `processes` keeps track of what was started, `binaries` finds (or
-builds) the executables, `credentials` writes keys and kubeconfigs, `audit` reads the
+fresh KAI install has (kai-ray's CRDs generated from its models, so no checkout is needed),
+`processes` keeps track of what was started, `binaries` finds (or builds, from the packaged
+`toolchain/`) the executables, `credentials` writes keys and kubeconfigs, `audit` reads the
 API server's record of writes, `fake_kubelet` plays the kubelet when kwok was not built,
 `operators` runs the upstream KubeRay and Kubeflow training operators against it.
 """
@@ -13,8 +14,8 @@ from kai_ray.devcluster.binaries import (
     DevClusterError,
     build_bins,
     build_operators,
-    default_crd_dir,
     repo_root,
+    require_binaries,
 )
 from kai_ray.devcluster.control_plane import DevCluster, PodRunner, start, stop
 from kai_ray.devcluster.credentials import service_account_kubeconfig
@@ -32,8 +33,11 @@ from kai_ray.devcluster.operators import (
 from kai_ray.devcluster.seeding import (
     DEFAULT_PRIORITY_CLASSES,
     FAKE_NODE_ANNOTATION,
+    crd_documents,
     create_default_objects,
     create_gpu_node,
+    generated_crds,
+    install_crd_manifests,
     install_crds,
 )
 
@@ -48,13 +52,16 @@ __all__ = [
     "PodRunner",
     "build_bins",
     "build_operators",
+    "crd_documents",
     "create_default_objects",
     "create_gpu_node",
-    "default_crd_dir",
+    "generated_crds",
+    "install_crd_manifests",
     "install_crds",
     "install_upstream_crds",
     "read_audit_events",
     "repo_root",
+    "require_binaries",
     "run_fake_kubelet",
     "service_account_kubeconfig",
     "start",

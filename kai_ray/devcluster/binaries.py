@@ -1,4 +1,4 @@
-"""Where the dev cluster's binaries and CRDs come from: built once from Go modules, cached outside."""
+"""Where the dev cluster's binaries come from: built once from the packaged Go modules, cached outside."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ __all__ = [
     "build_bins",
     "build_operators",
     "built_dir",
-    "default_crd_dir",
     "repo_root",
     "require_binaries",
 ]
@@ -30,25 +29,14 @@ class DevClusterError(RuntimeError):
 
 
 def repo_root() -> Path:
-    """The kai-ray checkout this module lives in (``tools/`` and ``charts/`` are found from it).
+    """The kai-ray checkout this module lives in, for test-only helpers that need files beside it.
 
-    Resolved from this file rather than the working directory so tests and the CLI behave the
-    same wherever they are launched from.
+    Only meaningful when running from a checkout (``pip install -e``): an installed kai-ray has
+    no checkout, and nothing it runs depends on this.  Its one user is ``upstream_crd_dir``
+    (``../shared/crds``, used only by the tests).  Resolved from this file rather than the
+    working directory so tests behave the same wherever they are launched from.
     """
     return Path(__file__).resolve().parents[2]
-
-
-def default_crd_dir(root: Path | None = None) -> Path:
-    """kai-ray's own generated CRDs when present, else the upstream KAI CRDs next to the repo.
-
-    Preferring ``charts/kai-ray/crds`` means tests exercise the CRDs we ship; the upstream
-    copy (``../shared/crds/kai``) keeps the dev cluster usable before those are generated.
-    """
-    root = repo_root() if root is None else root
-    ours = root / "charts" / "kai-ray" / "crds"
-    if ours.is_dir() and any(ours.glob("*.yaml")):
-        return ours
-    return (root.parent / "shared" / "crds" / "kai").resolve()
 
 
 TOOLCHAIN = Path(__file__).resolve().parent / "toolchain"

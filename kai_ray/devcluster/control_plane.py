@@ -17,10 +17,11 @@ What it starts (everything bound to 127.0.0.1 on free ports, nothing else is dia
   terminating pods are finalized.  That is kwok when it was built, else a small in-repo
   fake kubelet (``python -m kai_ray.devcluster.fake_kubelet KUBECONFIG``).
 
-``start`` then installs the CRDs, the default objects of a fresh KAI install (priority
-classes, ``default-parent-queue``/``default-queue``) and optionally N fake GPU nodes.  PIDs,
-ports and the token go to ``DIR/state.json`` so ``stop`` (possibly from another process, e.g.
-``kai-ray devcluster down``) can end exactly what was started.
+``start`` then installs kai-ray's CRDs (generated from its models in process, so an installed
+kai-ray needs no checkout; or the CRD files of a directory), the default objects of a fresh KAI
+install (priority classes, ``default-parent-queue``/``default-queue``) and optionally N fake GPU
+nodes.  PIDs, ports and the token go to ``DIR/state.json`` so ``stop`` (possibly from another
+process, e.g. ``kai-ray devcluster down``) can end exactly what was started.
 
 Credentials: the admin token (``tokens.csv``, ``kubeconfig``, ``state.json``), the
 ServiceAccount signing key (``sa.key``) and the serving key (``pki/``) are created readable by
@@ -53,13 +54,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from kai_ray.devcluster.audit import AUDIT_LOG, AUDIT_POLICY, prepare_audit
-from kai_ray.devcluster.binaries import (
-    DevClusterError,
-    build_bins,
-    default_crd_dir,
-    repo_root,
-    require_binaries,
-)
+from kai_ray.devcluster.binaries import DevClusterError, build_bins, require_binaries
 from kai_ray.devcluster.credentials import generate_rsa_key, write_kubeconfig
 from kai_ray.devcluster.processes import (
     LOOPBACK,
@@ -77,9 +72,11 @@ from kai_ray.devcluster.processes import (
 )
 from kai_ray.devcluster.seeding import (
     FAKE_NODE_ANNOTATION,
+    crd_documents,
     create_default_objects,
     create_gpu_node,
-    install_crds,
+    generated_crds,
+    install_crd_manifests,
     node_ready,
 )
 
@@ -205,6 +202,12 @@ def start(
     stopped first, so calling ``start`` twice yields one fresh cluster, never two.  On any
     failure everything started so far is stopped before the exception propagates.
 
+    ``bin_dir`` holds etcd and kube-apiserver (and optionally kwok); without it they are built
+    once from the packaged toolchain (``build_bins``).  ``crd_dir`` is a directory of CRD files
+    to install instead of kai-ray's own CRDs generated from its models (``generated_crds``).
+    Both are checked before a cluster already running in ``dir`` is stopped, so a wrong one
+    leaves it alone.
+
     ``pod_runner`` is ``"kwok"``, ``"fake-kubelet"``, ``"none"`` or ``"auto"`` (kwok when its
     binary is in ``bin_dir``).  ``queue_quota`` is the quota given to both default queues
     (KAI's chart ships ``0``; ``-1`` lets non-preemptible workloads run in tests).
@@ -213,16 +216,16 @@ def start(
     (``DevCluster.audit_log``, ``read_audit_events``); off by default since it costs a
     synchronous file write per mutation.
     """
+    if pod_runner not in ("auto", "kwok", "fake-kubelet", "none"):
+        raise ValueError(f"unknown pod_runner {pod_runner!r}")
+    crds = generated_crds() if crd_dir is None else crd_documents(Path(crd_dir))
+    bin_dir = build_bins() if bin_dir is None else Path(bin_dir)
+    require_binaries(bin_dir)
+    if pod_runner == "auto":
+        pod_runner = "kwok" if os.access(bin_dir / "kwok", os.X_OK) else "fake-kubelet"
     dir = Path(dir).resolve()
     dir.mkdir(parents=True, exist_ok=True)
     stop(dir)
-    bin_dir = build_bins() if bin_dir is None else Path(bin_dir)
-    require_binaries(bin_dir)
-    crd_dir = default_crd_dir() if crd_dir is None else Path(crd_dir)
-    if pod_runner == "auto":
-        pod_runner = "kwok" if os.access(bin_dir / "kwok", os.X_OK) else "fake-kubelet"
-    if pod_runner not in ("kwok", "fake-kubelet", "none"):
-        raise ValueError(f"unknown pod_runner {pod_runner!r}")
 
     # Left over when a previous stop() could not run (no state.json); a stale audit log would
     # mix the old cluster's events into the new one's.
@@ -251,7 +254,7 @@ def start(
                 write_state(dir, state)
         api = cluster.api_client()
         try:
-            install_crds(api, crd_dir, timeout=ready_timeout)
+            install_crd_manifests(api, crds, timeout=ready_timeout)
             create_default_objects(api, queue_quota=queue_quota, timeout=ready_timeout)
             names = tuple(f"{node_prefix}{i}" for i in range(nodes))
             # With a pod runner, nodes start un-Ready and the runner marks them Ready: waiting
@@ -338,13 +341,9 @@ def _start(
     if pod_runner == "kwok":
         launcher.launch("pod-runner", _kwok_argv(bin_dir, kubeconfig))
     elif pod_runner == "fake-kubelet":
-        pythonpath = os.environ.get("PYTHONPATH", "")
-        launcher.launch(
-            "pod-runner",
-            [sys.executable, "-m", "kai_ray.devcluster.fake_kubelet", str(kubeconfig)],
-            # Importable from a plain checkout too, not only from an installed kai-ray.
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root()), pythonpath]))},
-        )
+        # The same interpreter, so it imports the same kai_ray (installed, or editable from a checkout).
+        argv = [sys.executable, "-m", "kai_ray.devcluster.fake_kubelet", str(kubeconfig)]
+        launcher.launch("pod-runner", argv)
     launcher.state["pod_runner"] = pod_runner
     write_state(dir, launcher.state)
     return DevCluster(

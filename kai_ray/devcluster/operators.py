@@ -119,8 +119,10 @@ class OperatorProcess:
 def upstream_crd_dir(project: UpstreamProject, root: Path | None = None) -> Path:
     """``../shared/crds/PROJECT`` next to the checkout: the unmodified upstream CRDs.
 
-    Used by path, never copied into the repository (``shared/crds/README.md``): kai-ray's own
-    CRDs are generated from its models, these belong to the operators.
+    Test-only: it needs a checkout with ``../shared`` beside it (``repo_root``), which an
+    installed kai-ray does not have; only the tests start operators.  Used by path, never
+    copied into the repository (``shared/crds/README.md``): kai-ray's own CRDs are generated
+    from its models, these belong to the operators.
     """
     root = repo_root() if root is None else root
     path = (root.parent / "shared" / "crds" / project).resolve()

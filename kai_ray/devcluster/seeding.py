@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,27 +49,63 @@ def create_ignoring_conflict(create: Callable[[], object]) -> None:
             raise
 
 
-def _load_yaml_documents(crd_dir: Path) -> Iterator[dict[str, Any]]:
+def generated_crds() -> list[dict[str, Any]]:
+    """kai-ray's own CRDs (Queue, PodGroup, BindRequest, Topology), generated from its models.
+
+    The same objects as the files in ``charts/kai-ray/crds`` (a unit test keeps those equal to
+    the models), made in process so an installed kai-ray needs no checkout to seed a cluster.
+    """
+    from kai_ray.api.crds import CRDS, crd_manifest
+
+    return [crd_manifest(spec) for spec in CRDS]
+
+
+def crd_documents(crd_dir: Path) -> list[dict[str, Any]]:
+    """Every CustomResourceDefinition in the ``*.yaml``/``*.yml`` files of ``crd_dir``.
+
+    Raises ``DevClusterError`` (one line) when the directory is missing, a file is not YAML, or
+    no CRD is found, so a wrong directory fails before anything is started.
+    """
+    crd_dir = Path(crd_dir)
+    if not crd_dir.is_dir():
+        raise DevClusterError(f"CRD directory {crd_dir} not found")
+    docs: list[dict[str, Any]] = []
     for path in sorted(crd_dir.glob("*.yaml")) + sorted(crd_dir.glob("*.yml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
-                yield doc
+        try:
+            loaded = list(yaml.safe_load_all(path.read_text()))
+        except yaml.YAMLError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise DevClusterError(f"{path} is not valid YAML: {first}") from exc
+        docs.extend(
+            doc for doc in loaded if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
+        )
+    if not docs:
+        raise DevClusterError(f"no CustomResourceDefinitions found in {crd_dir}")
+    return docs
 
 
 def install_crds(api: Any, crd_dir: Path, timeout: float = 60.0) -> list[str]:
-    """Create every CRD in ``crd_dir`` and wait until each reports ``Established``.
+    """Create every CRD in ``crd_dir`` and wait until each reports ``Established``; returns their names."""
+    return install_crd_manifests(api, crd_documents(crd_dir), timeout)
+
+
+def install_crd_manifests(
+    api: Any, manifests: Sequence[Mapping[str, Any]], timeout: float = 60.0
+) -> list[str]:
+    """Create these CRD objects (existing ones are kept) and wait until each reports ``Established``.
 
     Waiting matters: creating a custom object before the CRD is established fails with 404.
+    Returns the CRD names.
     """
     from kubernetes import client
 
+    if not manifests:
+        raise DevClusterError("no CustomResourceDefinitions to install")
     ext: Any = client.ApiextensionsV1Api(api)  # typed for model objects; a plain dict body is fine
     names: list[str] = []
-    for doc in _load_yaml_documents(Path(crd_dir)):
-        create_ignoring_conflict(functools.partial(ext.create_custom_resource_definition, body=doc))
+    for doc in manifests:
+        create_ignoring_conflict(functools.partial(ext.create_custom_resource_definition, body=dict(doc)))
         names.append(str(doc["metadata"]["name"]))
-    if not names:
-        raise DevClusterError(f"no CustomResourceDefinitions found in {crd_dir}")
 
     def established(name: str) -> bool | None:
         crd = ext.read_custom_resource_definition(name)

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kube_support import api_for_kubeconfig, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -122,13 +121,7 @@ def test_state_file_records_live_processes_and_loopback_ports(kube_cluster: DevC
 
 def test_crds_are_established(kube_api: Any) -> None:
     ext = client.ApiextensionsV1Api(kube_api)
-    crd_dir = devcluster.default_crd_dir()
-    expected = {
-        doc["metadata"]["name"]
-        for path in crd_dir.glob("*.yaml")
-        for doc in yaml.safe_load_all(path.read_text())
-        if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
-    }
+    expected = {doc["metadata"]["name"] for doc in devcluster.generated_crds()}
     assert {
         "queues.scheduling.run.ai",
         "podgroups.scheduling.run.ai",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -140,9 +141,17 @@ def rejected(create: Callable[[], Any]) -> ApiException:
 # The CRDs installed are ours
 
 
+def test_devcluster_installs_the_generated_crds_the_chart_ships() -> None:
+    """What `devcluster.start` installs by default is, object for object, what the chart ships."""
+    chart_crds = Path(__file__).resolve().parents[2] / "charts" / "kai-ray" / "crds"
+    installed = {doc["metadata"]["name"]: doc for doc in devcluster.generated_crds()}
+    shipped = {doc["metadata"]["name"]: doc for doc in devcluster.crd_documents(chart_crds)}
+    assert installed == shipped
+    assert sorted(installed) == sorted(spec.name for spec in CRDS)
+
+
 def test_session_cluster_serves_our_generated_crds(kube_api: Any) -> None:
-    """The fixture installs charts/kai-ray/crds, not KAI's copies, and the server took them as written."""
-    assert devcluster.default_crd_dir() == devcluster.repo_root() / "charts" / "kai-ray" / "crds"
+    """The fixture installs our generated CRDs, not KAI's copies, and the server took them as written."""
     ext: Any = client.ApiextensionsV1Api(kube_api)
     for spec in CRDS:
         served = ext.read_custom_resource_definition(spec.name, _preload_content=False)
