@@ -17,12 +17,13 @@ $(STAMP): $(BIN)/python pyproject.toml
 demo: $(STAMP)
 	$(BIN)/kai-ray simulate examples/quickstart
 
-# kube-apiserver + etcd (+ kwok), KubeRay's ray-operator and the Kubeflow training-operator for the
-# Kubernetes tests, built from their Go modules into ~/.cache/kai-ray/k8s-test-bin once
-# (cold: roughly 15 min on 2 cores, 4-6 of them for the operators; then a no-op).
+# kube-apiserver + etcd (+ kwok), KubeRay's ray-operator, the Kubeflow training-operator and helm
+# for the Kubernetes and chart tests, built from their Go modules into ~/.cache/kai-ray/k8s-test-bin
+# once (cold: roughly 18 min on 2 cores, 4-6 of them for the operators, 3 for helm; then a no-op).
 kube-bins:
 	bash kai_ray/devcluster/toolchain/build-bins.sh
 	bash kai_ray/devcluster/toolchain/build-operators.sh
+	bash kai_ray/devcluster/toolchain/build-helm.sh
 
 test: $(STAMP) kube-bins
 	$(BIN)/python -m pytest
