@@ -80,3 +80,18 @@ def gone(core: client.CoreV1Api, namespace: str, pod: str) -> bool | None:
 def api_for_kubeconfig(path: Path) -> Any:
     """An ApiClient acting as the kubeconfig's user, e.g. a non-admin ServiceAccount (callers close it)."""
     return config.new_client_from_config(config_file=str(path))
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that contain ``text`` (a zombie's command line is empty):
+    how a test sees that what a dev cluster started in a directory is gone."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if text.encode() in cmdline:
+                found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return found

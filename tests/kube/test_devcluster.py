@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_support import api_for_kubeconfig, wait_for
+from kube_support import api_for_kubeconfig, processes_mentioning, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -513,14 +513,5 @@ def test_failed_start_leaves_no_processes(kube_bin_dir: Path, tmp_path: Path) ->
     # The apiserver is only launched once etcd is healthy, so "simulated crash" proves a real etcd
     # ran; it must now be gone, and reaped (no zombie child left behind).
     assert _children() - children_before == set()
-    leftovers = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if str(cluster_dir).encode() in cmdline:
-                leftovers.append(cmdline)
-    assert leftovers == []
+    assert processes_mentioning(str(cluster_dir)) == []
     assert not (cluster_dir / "state.json").exists()

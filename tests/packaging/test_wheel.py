@@ -41,7 +41,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_support import api_for_kubeconfig
+from kube_support import api_for_kubeconfig, processes_mentioning
 from kubernetes import client
 
 from kai_ray import devcluster
@@ -195,20 +195,6 @@ def workdir(tmp_path: Path) -> Path:
     """An empty working directory away from the checkout (``python -m`` would import from the cwd)."""
     assert not tmp_path.resolve().is_relative_to(REPO)
     return tmp_path
-
-
-def processes_mentioning(text: str) -> list[str]:
-    """Command lines of live processes that contain ``text`` (a zombie's command line is empty)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if text.encode() in cmdline:
-                found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
-    return found
 
 
 def test_the_wheel_carries_the_toolchain(installed: Installed, workdir: Path) -> None:
