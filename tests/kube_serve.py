@@ -38,6 +38,19 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, step: float
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def log_entries(path: Path) -> list[dict[str, Any]]:
+    """Every JSON log line of a kai-ray process so far; anything else on stderr (a traceback) is
+    returned as `raw`, so a test that looks for trouble sees it."""
+    out: list[dict[str, Any]] = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = {"raw": line}
+        out.append(entry if isinstance(entry, dict) else {"raw": line})
+    return out
+
+
 class Serve:
     """One `kai-ray serve` (or `kai-ray podgrouper`) subprocess with its stderr (JSON log lines) in a file."""
 
@@ -71,15 +84,7 @@ class Serve:
             self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
 
     def entries(self) -> list[dict[str, Any]]:
-        """Every JSON log line so far; anything else on stderr (a traceback) is returned as `raw`."""
-        out: list[dict[str, Any]] = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                entry = {"raw": line}
-            out.append(entry if isinstance(entry, dict) else {"raw": line})
-        return out
+        return log_entries(self.log_path)
 
     def messages(self) -> list[str]:
         return [str(entry.get("message", "")) for entry in self.entries() if "message" in entry]

@@ -8,10 +8,12 @@ from pathlib import Path
 
 __all__ = [
     "CONTROL_PLANE_BINARIES",
+    "KUBECTL_BINARIES",
     "OPERATOR_BINARIES",
     "TOOLCHAIN",
     "DevClusterError",
     "build_bins",
+    "build_kubectl",
     "build_operators",
     "built_dir",
     "repo_root",
@@ -20,6 +22,9 @@ __all__ = [
 
 #: What ``toolchain/build-bins.sh`` must have produced for ``start`` (kwok is optional).
 CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver")
+#: What else ``toolchain/build-bins.sh`` builds: a kubectl of the same version, for the test that
+#: runs docs/install.md (not needed by ``start``, so a ``KAI_RAY_K8S_BIN_DIR`` without it is fine).
+KUBECTL_BINARIES = ("kubectl",)
 #: What ``toolchain/build-operators.sh`` produces: KubeRay's and Kubeflow's operators.
 OPERATOR_BINARIES = ("ray-operator", "training-operator")
 
@@ -50,6 +55,16 @@ def build_bins(timeout: float = 3600.0) -> Path:
     ``KAI_RAY_K8S_BIN_DIR`` short-circuits the build for machines that already have binaries.
     """
     return built_dir("build-bins.sh", "KAI_RAY_K8S_BIN_DIR", CONTROL_PLANE_BINARIES, timeout)
+
+
+def build_kubectl(timeout: float = 3600.0) -> Path:
+    """Build (first time only) or locate kubectl and return its directory (the control plane's).
+
+    kubectl is no dependency of kai-ray: the doc test runs docs/install.md's kubectl commands with
+    it, since a fresh machine may have no kubectl, or one far from the API server's version.
+    ``KAI_RAY_K8S_BIN_DIR`` must then hold a kubectl too.
+    """
+    return built_dir("build-bins.sh", "KAI_RAY_K8S_BIN_DIR", KUBECTL_BINARIES, timeout)
 
 
 def build_operators(timeout: float = 3600.0) -> Path:

@@ -1,18 +1,18 @@
-"""Fixtures of the chart tests: the helm binary (built once from its Go module) and a runner for it."""
+"""Fixtures of the chart tests: the helm binary (built once from its Go module), a runner for it, and
+the chart rendered offline (``helm template``) as parsed objects."""
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from chart_support import HelmRunner, Renderer, template_args
 
 from kai_ray.devcluster.helm import build_helm
-
-CHART = Path(__file__).resolve().parents[2] / "charts" / "kai-ray"
-
-HelmRunner = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture(scope="session")
@@ -45,5 +45,17 @@ def helm(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> HelmRunner
             output = f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
             assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode}\n{output}"
         return proc
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def render(helm: HelmRunner) -> Renderer:
+    """The chart rendered offline with these values (see ``template_args``): its objects, parsed, in
+    helm's order. No cluster, so every ``lookup`` finds nothing and everything optional renders."""
+
+    def run(*values: str | Path) -> list[dict[str, Any]]:
+        text = helm(*template_args(*values)).stdout
+        return [doc for doc in yaml.safe_load_all(text) if doc]
 
     return run

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, etcd and (optionally) kwok from their published Go modules into a
-# cache directory OUTSIDE the repository, once; later runs reuse it. Prints the bin dir on
-# stdout (last line); progress goes to stderr.
+# Build kube-apiserver, kubectl, etcd and (optionally) kwok from their published Go modules
+# into a cache directory OUTSIDE the repository, once; later runs reuse it. Prints the bin dir
+# on stdout (last line); progress goes to stderr.
 #
 # Why: kai-ray's Kubernetes tests run against a real kube-apiserver + etcd on loopback and no
-# package registry ships those binaries. See ../shared/design/real-apiserver.md.
+# package registry ships those binaries. See ../shared/design/real-apiserver.md. kubectl comes
+# from the same k8s.io/kubernetes module (the apiserver wrapper's second `tool` line): the test
+# that runs docs/install.md word for word needs one, and a fresh machine may have none.
 #
 # Reproducible path: the wrapper modules kai_ray/devcluster/toolchain/apiserver and kai_ray/devcluster/toolchain/etcd pin every
 # dependency (go.mod + go.sum with a `tool` line); we only `go build -mod=readonly` there.
@@ -54,6 +56,7 @@ regen_apiserver_mod() {  # DIR
       go mod edit -replace="$m=$m@$staging"
     done
     go get -tool k8s.io/kubernetes/cmd/kube-apiserver@v"$K8S_VERSION"
+    go get -tool k8s.io/kubernetes/cmd/kubectl@v"$K8S_VERSION"
     go mod tidy   # keeps go.mod (the tool line pins it); completes go.sum so tidy is a no-op later
   )
 }
@@ -74,7 +77,7 @@ fi
 mkdir -p "$BIN" "$WORK"
 lock_cache "$CACHE"
 
-if [ ! -x "$BIN/kube-apiserver" ]; then
+if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kubectl" ]; then
   d=$HERE/apiserver
   if ! pinned "$d" k8s.io/kubernetes "$K8S_VERSION"; then
     d=$WORK/apiserver-$K8S_VERSION
@@ -87,10 +90,19 @@ if [ ! -x "$BIN/kube-apiserver" ]; then
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld="$ld -X $p.gitVersion=v$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
   done
-  log "building kube-apiserver v$K8S_VERSION (cold: ~7 min and ~2 GB RAM on 2 cores)"
-  (cd "$d" && timed kube-apiserver go build -mod=readonly -trimpath -tags=notest,grpcnotrace \
-      -ldflags "$ld" -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
-  mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
+  if [ ! -x "$BIN/kube-apiserver" ]; then
+    log "building kube-apiserver v$K8S_VERSION (cold: ~7 min and ~2 GB RAM on 2 cores)"
+    (cd "$d" && timed kube-apiserver go build -mod=readonly -trimpath -tags=notest,grpcnotrace \
+        -ldflags "$ld" -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+    mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
+  fi
+  if [ ! -x "$BIN/kubectl" ]; then
+    # Shares most packages with kube-apiserver: ~3 min more on 2 cores after it.
+    log "building kubectl v$K8S_VERSION"
+    (cd "$d" && timed kubectl go build -mod=readonly -trimpath -ldflags "$ld" \
+        -o "$BIN/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
+    mv "$BIN/kubectl.tmp" "$BIN/kubectl"
+  fi
 fi
 
 if [ ! -x "$BIN/etcd" ]; then
