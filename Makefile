@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint conformance clean kube-bins crds devcluster devcluster-down
+.PHONY: demo test lint conformance clean kube-bins crds devcluster devcluster-down image
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,23 @@ devcluster: $(STAMP) kube-bins
 
 devcluster-down: $(STAMP)
 	$(BIN)/kai-ray devcluster down --dir .devcluster
+
+# The container image (see the Dockerfile), kai-ray:<version>, built with the first of podman, buildah
+# and docker on PATH (or IMAGE_BUILDER=...).  IMAGE_BASE replaces the python:3.11-slim-bookworm base
+# (a mirror of it, or a local image where no registry is reachable); PIP_CA is the CA bundle pip
+# needs behind a TLS-intercepting proxy (default: $PIP_CERT).  buildah gets --layers, the default
+# of podman and docker, so a rebuild reuses the dependency layer.
+IMAGE_VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= kai-ray:$(IMAGE_VERSION)
+IMAGE_BASE ?=
+IMAGE_BUILDER ?= $(firstword $(foreach b,podman buildah docker,$(shell command -v $(b))))
+PIP_CA ?= $(PIP_CERT)
+image:
+	@test -n '$(IMAGE_BUILDER)' || { echo 'make image: install podman, buildah or docker' >&2; exit 1; }
+	ca='$(PIP_CA)'; $(IMAGE_BUILDER) build $(if $(filter buildah,$(notdir $(IMAGE_BUILDER))),--layers) \
+	    $(if $(IMAGE_BASE),--build-arg BASE=$(IMAGE_BASE)) $${ca:+--secret id=pip-ca,src="$$ca"} \
+	    --build-arg VERSION=$(IMAGE_VERSION) \
+	    --build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null)" --tag $(IMAGE) .
 
 lint: $(STAMP)
 	$(BIN)/ruff check kai_ray tests operators
