@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint conformance clean kube-bins crds devcluster devcluster-down image
+.PHONY: demo test lint conformance clean kube-bins crds proto devcluster devcluster-down image
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,13 +17,14 @@ $(STAMP): $(BIN)/python pyproject.toml
 demo: $(STAMP)
 	$(BIN)/kai-ray simulate examples/quickstart
 
-# kube-apiserver + etcd (+ kwok), KubeRay's ray-operator, the Kubeflow training-operator and helm
-# for the Kubernetes and chart tests, built from their Go modules into ~/.cache/kai-ray/k8s-test-bin
+# kube-apiserver + etcd (+ kwok), KubeRay's ray-operator, the Kubeflow training-operator, helm and
+# grpcurl for the Kubernetes, chart and gRPC tests, built from their Go modules into ~/.cache/kai-ray/k8s-test-bin
 # once (cold: roughly 18 min on 2 cores, 4-6 of them for the operators, 3 for helm; then a no-op).
 kube-bins:
 	bash kai_ray/devcluster/toolchain/build-bins.sh
 	bash kai_ray/devcluster/toolchain/build-operators.sh
 	bash kai_ray/devcluster/toolchain/build-helm.sh
+	bash kai_ray/devcluster/toolchain/build-grpcurl.sh
 
 test: $(STAMP) kube-bins
 	$(BIN)/python -m pytest
@@ -32,6 +33,12 @@ test: $(STAMP) kube-bins
 # (tests/api/test_api_crds.py fails when the committed files drift from the models).
 crds: $(STAMP)
 	$(BIN)/python -m kai_ray.api.crds charts/kai-ray/crds
+
+# The gRPC API's Python code, generated from proto/ (commit the result; tests/rpc/test_proto_drift.py
+# fails when the committed files drift from the .proto files or from this grpcio-tools).
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. \
+	    proto/kai_ray/v1/scheduler.proto
 
 # A local kube-apiserver + etcd + kwok with 4 fake 8-GPU nodes; kubeconfig in .devcluster/kubeconfig.
 devcluster: $(STAMP) kube-bins

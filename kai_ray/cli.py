@@ -9,26 +9,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from kai_ray import cli_api
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.constants import NODE_POOL_LABEL, QUEUE_LABEL
+from kai_ray.api.manifests import read_manifest_documents
 from kai_ray.api.scheduler_conf import SchedulerConfigError, load_scheduler_config
 from kai_ray.bench.emit import write_scenario
 from kai_ray.bench.runner import run_shape
-from kai_ray.bench.shapes import build_shape
+from kai_ray.bench.shapes import SHAPES, build_shape
+from kai_ray.cli_help import KaiRayTyper
 from kai_ray.cluster.sim.scenario import ScenarioError, is_scenario_file, load_scenario
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
 from kai_ray.distributed.executor import Executor
 from kai_ray.report.scenario_json import render_json
-from kai_ray.report.table import render_table
+from kai_ray.report.table import render_table, terminal_console
 
 if TYPE_CHECKING:
     from kai_ray.cluster.kube.grouping import PodGrouper
     from kai_ray.cluster.kube.leader import LeaseTiming
+    from kai_ray.server.api_serve import GrpcOptions
 
-app = typer.Typer(help="kai-ray: a Ray-native, KAI-compatible GPU scheduler.", no_args_is_help=True)
+app = KaiRayTyper(help="kai-ray: a Ray-native, KAI-compatible GPU scheduler.", no_args_is_help=True)
 
 
 class OutputFormat(enum.StrEnum):
@@ -146,16 +149,37 @@ def _simulate(
         except ScenarioError as exc:
             _fail([str(exc)])
         return SimulatedCluster(scenario.state, scenario.config, executor).run(cycles or scenario.cycles)
-    from kai_ray_operators.manifests import cluster_from_workload_manifests
+    from kai_ray_operators.manifests import cluster_from_workload_documents
 
+    if path.is_dir():
+        _refuse_scenario_directory(path)
     config = _scheduler_config(config_file)
-    state, problems = cluster_from_workload_manifests(path)
+    documents, read_problems = read_manifest_documents(path)
+    if not documents and not read_problems:
+        _fail([f"{path}: no Kubernetes manifests in it (looked for *.yaml, *.yml and *.json files)"])
+    state, problems = cluster_from_workload_documents(documents, read_problems)
     for notice in (p for p in problems if p.warning):
         typer.echo(f"warning: {notice}", err=True)
     errors = [str(p) for p in problems if not p.warning]
     if errors:
         _fail(errors)
     return SimulatedCluster(state, config, executor).run(cycles or 1)
+
+
+def _refuse_scenario_directory(path: Path) -> None:
+    """A directory of conformance scenarios is not one cluster: each scenario is its own, so they
+    are run one file at a time (reading them as manifests would only fail on every document)."""
+    scenarios = sorted(p for p in path.rglob("*") if is_scenario_file(p))
+    if not scenarios:
+        return
+    named = ", ".join(str(p.relative_to(path)) for p in scenarios[:3])
+    more = f" and {len(scenarios) - 3} more" if len(scenarios) > 3 else ""
+    _fail(
+        [
+            f"{path}: a directory of conformance scenarios ({named}{more}); scenarios are run one file "
+            f"at a time: kai-ray simulate {scenarios[0]}"
+        ]
+    )
 
 
 def _scheduler_config(path: Path | None) -> SchedulerConfig:
@@ -193,12 +217,19 @@ def simulate(
     if output == OutputFormat.JSON:
         typer.echo(render_json(results))
     else:
-        render_table(results, Console(width=160))
+        render_table(results, terminal_console())
 
 
 @app.command()
 def bench(
-    shape: Annotated[str | None, typer.Option("--shape", help="Shape name, e.g. fill-500x4000.")] = None,
+    shape: Annotated[
+        str | None,
+        typer.Option(
+            "--shape",
+            help=f"Shape name: {', '.join(SHAPES)} (N nodes, J jobs, P pods each), e.g. fill-500x4000.",
+            show_default=False,
+        ),
+    ] = None,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Cycles to time.")] = 3,
     json_file: Annotated[Path | None, typer.Option("--json", help="Also write the result here.")] = None,
     emit_scenario: Annotated[
@@ -214,13 +245,43 @@ def bench(
             "--kube", help="End to end on a dev cluster (API server, etcd, kwok) instead of a shape."
         ),
     ] = False,
-    nodes: Annotated[int, typer.Option("--nodes", min=1, help="With --kube: 8-GPU nodes.")] = 500,
-    pods: Annotated[int, typer.Option("--pods", min=1, help="With --kube: one-GPU pods.")] = 4000,
+    grpc: Annotated[
+        bool,
+        typer.Option(
+            "--grpc",
+            help="The gRPC API on the simulated cluster: submits/s, Explain latency, cycle time.",
+        ),
+    ] = False,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="With --kube or --grpc: 8-GPU nodes.")] = 500,
+    pods: Annotated[
+        int,
+        typer.Option(
+            "--pods", min=1, help="With --kube: one-GPU pods; with --grpc: pods, in gangs of 4 × 2 GPUs."
+        ),
+    ] = 4000,
+    clients: Annotated[
+        int, typer.Option("--clients", min=1, help="With --grpc: concurrent clients (threads, own channels).")
+    ] = 8,
     timeout: Annotated[
         float, typer.Option("--timeout", min=1, help="With --kube: give up after this many seconds.")
     ] = 600.0,
 ) -> None:
-    """Time scheduling cycles on a generated cluster shape, or end to end with --kube."""
+    """Time scheduling cycles on a generated cluster shape, or end to end with --kube or --grpc."""
+    if grpc:
+        from kai_ray.bench import grpc_bench
+
+        try:
+            grpc_result = grpc_bench.run_grpc_bench(
+                nodes, pods, clients=clients, repeat=repeat, progress=lambda line: typer.echo(line, err=True)
+            )
+        except ValueError as exc:
+            _fail([str(exc)])
+        grpc_bench.render(grpc_result, terminal_console())
+        if json_file is not None:
+            json_file.write_text(json.dumps(grpc_result.as_json(), indent=2) + "\n")
+        if grpc_result.errors:
+            raise typer.Exit(code=1)
+        return
     if kube:
         from kai_ray.bench import kube as kube_bench
         from kai_ray.devcluster import DevClusterError
@@ -235,14 +296,14 @@ def bench(
             )
         except (ValueError, DevClusterError) as exc:
             _fail([str(exc)])
-        kube_bench.render(kube_result, Console(width=160))
+        kube_bench.render(kube_result, terminal_console())
         if json_file is not None:
             json_file.write_text(json.dumps(kube_result.as_json(), indent=2) + "\n")
         if kube_result.bound < kube_result.pods:
             raise typer.Exit(code=1)
         return
     if shape is None:
-        _fail(["give --shape NAME, or --kube"])
+        _fail(["give --shape NAME, or --kube, or --grpc"])
     try:
         if emit_scenario is not None:
             write_scenario(build_shape(shape), emit_scenario)
@@ -275,7 +336,7 @@ def bench(
         f"{result.pods_per_second:.0f}",
         f"{result.peak_rss_mb:.0f}",
     )
-    Console(width=160).print(table)
+    terminal_console().print(table)
     if result.sharding is not None:
         split = ", ".join(f"{key} {value:.3f}" for key, value in result.sharding.items())
         typer.echo(f"sharded batches (medians): {split}")
@@ -283,7 +344,7 @@ def bench(
         json_file.write_text(json.dumps(result.as_json(), indent=2) + "\n")
 
 
-devcluster_app = typer.Typer(
+devcluster_app = KaiRayTyper(
     help="A real kube-apiserver + etcd on loopback, for trying kai-ray out and for tests."
 )
 app.add_typer(devcluster_app, name="devcluster")
@@ -293,7 +354,7 @@ app.add_typer(devcluster_app, name="devcluster")
 def devcluster_up(
     directory: Annotated[Path, typer.Option("--dir", help="Where the kubeconfig, logs and state go.")],
     nodes: Annotated[int, typer.Option("--nodes", min=0, help="Fake GPU nodes to create.")] = 0,
-    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0)] = 8,
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0, help="GPUs on each fake node.")] = 8,
     bin_dir: Annotated[
         Path | None,
         typer.Option(
@@ -373,14 +434,69 @@ def serve(
     queue_label_key: QueueLabelOption = QUEUE_LABEL,
     nodepool_label_key: NodePoolLabelOption = NODE_POOL_LABEL,
     default_priorities_configmap: DefaultsConfigMapOption = None,
+    grpc_address: Annotated[
+        str | None,
+        typer.Option(
+            "--grpc-address",
+            metavar="HOST:PORT",
+            help="Serve the gRPC API (docs/grpc.md) here; port 0 picks a free one. "
+            "Default: off, or 127.0.0.1:50051 with --sim/--sim-nodes.",
+        ),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="PEM certificate of the gRPC server (with --tls-key).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = None,
+    tls_client_ca: Annotated[
+        Path | None,
+        typer.Option("--tls-client-ca", help="Require gRPC clients' certificates signed by this CA (mTLS)."),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file",
+            help="Bearer tokens of the gRPC API, one 'TOKEN NAMESPACES' per line (NAMESPACES: a,b or *).",
+        ),
+    ] = None,
+    sim: Annotated[
+        Path | None,
+        typer.Option(
+            "--sim",
+            metavar="DIR",
+            help="No Kubernetes: schedule a simulated cluster made from the manifests in DIR.",
+        ),
+    ] = None,
+    sim_nodes: Annotated[
+        int | None,
+        typer.Option(
+            "--sim-nodes",
+            min=1,
+            help="No Kubernetes: a simulated cluster of N nodes x 8 GPUs with KAI's default queues.",
+        ),
+    ] = None,
 ) -> None:
     """Schedule a Kubernetes cluster as KAI Scheduler does, until SIGTERM.
 
     Pods of this scheduler get their PodGroups from the podgrouper running in the
     same process (one per workload, as KAI's podgrouper makes them) unless
-    `--no-podgrouper` is given.
+    `--no-podgrouper` is given. With `--sim DIR` or `--sim-nodes N` it schedules an
+    embedded simulated cluster instead and serves the gRPC API on it.
     """
+    from kai_ray_operators.manifests import prepare_manifests
+
+    from kai_ray.server.api_serve import GrpcOptions
     from kai_ray.server.serve import ServeOptions, serve_forever
+
+    def grpc_options(default_address: str | None) -> GrpcOptions | None:
+        address = grpc_address if grpc_address is not None else default_address
+        if not address:
+            return None
+        return GrpcOptions(address, tls_cert, tls_key, tls_client_ca, token_file)
+
+    if sim is not None or sim_nodes is not None:
+        api = grpc_options(DEFAULT_SIM_GRPC_ADDRESS)
+        assert api is not None  # a default address is given
+        raise typer.Exit(code=_serve_simulated(sim, sim_nodes, api, metrics_address))
 
     options = ServeOptions(
         kubeconfig=kubeconfig,
@@ -395,8 +511,40 @@ def serve(
         grouper=None
         if no_podgrouper
         else _grouper_factory(queue_label_key, nodepool_label_key, default_priorities_configmap),
+        api=grpc_options(None),
+        api_grouper=prepare_manifests,
     )
     raise typer.Exit(code=serve_forever(options, _executor(executor, shards, ray_address)))
+
+
+DEFAULT_SIM_GRPC_ADDRESS = "127.0.0.1:50051"
+
+
+def _serve_simulated(
+    sim: Path | None, sim_nodes: int | None, options: GrpcOptions, metrics_address: str
+) -> int:
+    """`serve --sim DIR` / `--sim-nodes N`: the simulated backend, with the operators' podgrouper
+    so a RayJob or PyTorchJob in DIR, or submitted as manifests, is grouped as on a cluster."""
+    from kai_ray_operators.manifests import prepare_manifests
+
+    from kai_ray.server.api_serve import serve_simulated
+    from kai_ray.service.sim_backend import SimBackend, SimSourceError
+
+    if sim is not None and sim_nodes is not None:
+        _fail(["give --sim or --sim-nodes, not both"])
+    if sim is not None:
+        if not sim.is_dir():
+            _fail([f"--sim: {sim} is not a directory"])
+        try:
+            backend = SimBackend.from_directory(sim, grouper=prepare_manifests)
+        except SimSourceError as exc:
+            _fail([str(problem) for problem in exc.problems])
+        what = f"the manifests in {sim}"
+    else:
+        assert sim_nodes is not None
+        backend = SimBackend.from_nodes(sim_nodes)
+        what = f"{sim_nodes} nodes x 8 GPUs"
+    return serve_simulated(backend, what, prepare_manifests, options, metrics_address)
 
 
 @app.command()
@@ -416,8 +564,9 @@ def podgrouper(
     nodepool_label_key: NodePoolLabelOption = NODE_POOL_LABEL,
     default_priorities_configmap: DefaultsConfigMapOption = None,
 ) -> None:
-    """Give pods their PodGroups as KAI's podgrouper does, alone (for `serve --no-podgrouper`
-    or KAI's own scheduler), with its own leader lease, until SIGTERM."""
+    """Give pods their PodGroups as KAI's podgrouper does, alone, until SIGTERM.
+
+    For `serve --no-podgrouper` or KAI's own scheduler; it has its own leader lease."""
     from kai_ray.server.podgrouper import PodGrouperOptions, run_podgrouper
 
     options = PodGrouperOptions(
@@ -455,4 +604,7 @@ def group(
     if output == OutputFormat.JSON:
         typer.echo(json.dumps(result, indent=2, sort_keys=True))
         return
-    print_grouping(result, Console(width=160))
+    print_grouping(result, terminal_console())
+
+
+app.add_typer(cli_api.app)  # submit, status, watch, explain, queues, what-if: the gRPC API's client

@@ -95,7 +95,17 @@ Quantity = Annotated[
 Duration = Annotated[str, AfterValidator(_check_duration)]
 """A Go duration string, kept in its wire form; read it with `parse_duration`."""
 
-ResourceList = dict[str, Quantity]
+
+def _non_negative_quantity(value: str) -> str:
+    """Kubernetes' rule for a ResourceList (requests, limits, allocatable): no amount below zero."""
+    if parse_quantity(value) < 0:
+        raise PydanticCustomError(
+            f"{ERROR_PREFIX}quantity", f"must be greater than or equal to 0, got {value!r}"
+        )
+    return value
+
+
+ResourceList = dict[str, Annotated[Quantity, AfterValidator(_non_negative_quantity)]]
 
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 QUALIFIED_NAME_PATTERN = (

@@ -89,9 +89,12 @@ class PodSet:
     def gang_satisfied(self) -> bool:
         return self.count(ACTIVE_USED) >= self.min_available
 
+    def alive(self) -> int:
+        """Pods that exist and are not gated: what a gang minimum can be met with."""
+        return sum(1 for t in self.tasks if t.status in ALIVE and t.status != TaskStatus.GATED)
+
     def ready(self) -> bool:
-        alive = sum(1 for t in self.tasks if t.status in ALIVE and t.status != TaskStatus.GATED)
-        return alive >= self.min_available
+        return self.alive() >= self.min_available
 
     def pending(self) -> list[Task]:
         return [t for t in self.tasks if t.status == TaskStatus.PENDING]

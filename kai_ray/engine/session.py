@@ -247,7 +247,8 @@ class Session:
             self._reasons.setdefault(job.key, {}).setdefault(self.current_action, reason)
 
     def job_reason(self, job: Job) -> PendingReason | None:
-        """Why the job still waits, action by action ("allocate: ...; reclaim: ...").
+        """Why the job still waits, action by action ("allocate: ...; reclaim: ..."), or once when
+        every action gave the same reason.
 
         The cause is the most telling one any action gave (see `main_cause`).
         """
@@ -256,7 +257,12 @@ class Session:
             return None
         if len(by_action) == 1:
             return next(iter(by_action.values()))
-        message = "; ".join(f"{action}: {reason.message}" for action, reason in by_action.items())
+        messages = {reason.message for reason in by_action.values()}
+        if len(messages) == 1:
+            # Every action said the same (a gang short of pods is short for all of them): once.
+            message = messages.pop()
+        else:
+            message = "; ".join(f"{action}: {reason.message}" for action, reason in by_action.items())
         return PendingReason(main_cause(r.cause for r in by_action.values()), message)
 
     @contextlib.contextmanager

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections import Counter
+from typing import IO
 
 import numpy as np
 from rich.console import Console, Group
@@ -16,6 +19,21 @@ from kai_ray.engine.session import Session
 from kai_ray.model.objects import UNLIMITED, TaskStatus
 
 GIB = 1024**3
+
+PIPE_WIDTH = 160
+"""Columns when the output is not a terminal (a pipe, a file, a test) and COLUMNS is unset: wide
+enough that `grep` finds a job's whole row on one line."""
+
+
+def terminal_console(file: IO[str] | None = None) -> Console:
+    """A console as wide as the terminal it prints to (COLUMNS, when set, wins, as everywhere).
+
+    Output that goes to no terminal has no width to follow, so it gets `PIPE_WIDTH` rather than
+    rich's 80 columns, which would fold most rows of the jobs table."""
+    stream = file if file is not None else sys.stdout
+    if "COLUMNS" in os.environ or stream.isatty():
+        return Console(file=file)
+    return Console(file=file, width=PIPE_WIDTH)
 
 STATUS_STYLE = {
     "Bound": "green",

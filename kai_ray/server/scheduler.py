@@ -19,13 +19,14 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from kai_ray.api import ManifestProblem
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.constants import DEFAULT_NAMESPACE, NODE_POOL_LABEL
 from kai_ray.cluster.kube.apply import ApplyResult, BlockedEviction, apply_plan, pod_key
@@ -49,6 +50,8 @@ from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.reasons import PendingCause, PendingReason
+from kai_ray.engine.session import Session
+from kai_ray.model.objects import ClusterState
 from kai_ray.model.snapshot import compile_snapshot
 from kai_ray.server.endpoints import Health
 from kai_ray.server.metrics import EvictedPodGroup, SchedulerMetrics
@@ -92,6 +95,25 @@ class CycleOutcome:
     bind, status."""
 
 
+@dataclass(frozen=True)
+class PlannedCycle:
+    """What one finished cycle saw and decided, for readers outside the loop (the gRPC API's
+    Kubernetes backend): the converted state, the engine's end state and the plan.
+
+    Published only after the cycle's writes (BindRequests, binding, status) were sent, so a
+    reader that sees the record also finds those writes on their way into the cache.
+    """
+
+    number: int
+    state: ClusterState
+    session: Session
+    plan: Plan
+    problems: list[ManifestProblem]
+
+
+CycleListener = Callable[[PlannedCycle], None]
+
+
 @dataclass
 class KubeScheduler:
     api: Any
@@ -126,6 +148,18 @@ class KubeScheduler:
         )
         self._stop: threading.Event | None = None
         self._elector: LeaderElector | None = None
+        self._cycle_listeners: list[CycleListener] = []
+        self._cycles = 0
+        self._listeners_lock = threading.Lock()
+
+    def add_cycle_listener(self, listener: CycleListener) -> None:
+        """Call `listener` with every cycle that runs to its end, on the loop's thread.
+
+        A listener must return quickly (hand the record to its own thread): the next cycle
+        waits for it.  One that raises is logged and does not disturb scheduling.
+        """
+        with self._listeners_lock:
+            self._cycle_listeners.append(listener)
 
     def start(self, stop: threading.Event | None = None) -> bool:
         """Start the cache and wait for its first full list; False if `stop` was set meanwhile.
@@ -189,7 +223,21 @@ class KubeScheduler:
         self._report(plan, cleaned, applied, bound, [*written.errors, *queues.errors], seconds)
         if self.metrics is not None:
             self._observe(session, plan, applied, bound, refs, cached.objects, phases.laps, seconds)
+        self._publish(state, session, plan, problems)
         return CycleOutcome(plan, cleaned, applied, bound, seconds, reported, phases.laps)
+
+    def _publish(
+        self, state: ClusterState, session: Session, plan: Plan, problems: list[ManifestProblem]
+    ) -> None:
+        with self._listeners_lock:
+            self._cycles += 1
+            record = PlannedCycle(self._cycles, state, session, plan, problems)
+            listeners = list(self._cycle_listeners)
+        for listener in listeners:
+            try:
+                listener(record)
+            except Exception:
+                log.exception("a cycle listener failed; scheduling goes on")
 
     def run(
         self,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from kubernetes import client, config
@@ -43,6 +43,10 @@ from kai_ray.server.endpoints import Endpoints, Health
 from kai_ray.server.logs import configure_logging
 from kai_ray.server.metrics import SchedulerMetrics
 from kai_ray.server.scheduler import DEFAULT_CONCURRENCY, KubeScheduler, RunOutcome
+
+if TYPE_CHECKING:
+    from kai_ray.server.api_serve import GrpcOptions, KubeApi
+    from kai_ray.service.backend import Grouper
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +88,10 @@ class ServeOptions:
     lease_timing: LeaseTiming = field(default_factory=LeaseTiming)
     grouper: GrouperFactory | None = None
     """The in-process podgrouper; None (`--no-podgrouper`) when another process groups pods."""
+    api: GrpcOptions | None = None
+    """The gRPC API (`--grpc-address` and its TLS/token flags); None: not served."""
+    api_grouper: Grouper | None = None
+    """How the API groups submitted workload manifests (the operators' podgrouper)."""
 
 
 def pool_size_for(concurrency: int) -> int:
@@ -255,6 +263,7 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
         grouper=options.grouper(connection.api) if options.grouper is not None else None,
         health=health,
     )
+    api = _start_api(scheduler, options, endpoints)
     stop = stop_on_signals()
     log.info(
         "kai-ray %s serving as %s (scheduler %s, podgrouper %s)",
@@ -266,12 +275,31 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
     try:
         outcome = scheduler.run(stop, period=options.period, elector=connection.elector)
     finally:
+        if api is not None:
+            api.stop()
         if endpoints is not None:
             endpoints.close()
     if outcome is RunOutcome.LOST_LEADERSHIP:
         log.error("exiting: leadership was lost; another replica schedules now")
         return EXIT_CLUSTER
     return EXIT_STOPPED
+
+
+def _start_api(
+    scheduler: KubeScheduler, options: ServeOptions, endpoints: Endpoints | None
+) -> KubeApi | None:
+    """The gRPC API over the scheduler's cache, before the loop starts (it answers UNAVAILABLE until
+    the cache has listed the cluster); a start-up failure closes what was opened and exits 2."""
+    if options.api is None:
+        return None
+    from kai_ray.server.api_serve import start_kube_api
+
+    try:
+        return start_kube_api(scheduler, options.api, options.api_grouper)
+    except ServeError:
+        if endpoints is not None:
+            endpoints.close()
+        raise
 
 
 def _scheduler_config(path: Path | None) -> SchedulerConfig:

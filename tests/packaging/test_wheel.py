@@ -129,13 +129,13 @@ def user_env() -> dict[str, str]:
 
 
 def has_build_requirements() -> bool:
-    """Whether this environment has pyproject's build requirements (setuptools>=68, wheel)."""
+    """Whether this environment has pyproject's build requirements (setuptools>=77, wheel)."""
     try:
         setuptools = importlib.metadata.version("setuptools")
         importlib.metadata.version("wheel")
     except importlib.metadata.PackageNotFoundError:
         return False
-    return int(setuptools.split(".")[0]) >= 68
+    return int(setuptools.split(".")[0]) >= 77
 
 
 def build_wheel(out: Path) -> Path:

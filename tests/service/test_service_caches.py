@@ -1,0 +1,88 @@
+"""What the service remembers to stay fast gives the answers it would compute afresh: per-object
+amounts, the smallest node GPU memory, Explain's per-cycle memo."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+from service_builders import cluster, gpu_job
+
+from kai_ray.api import Node
+from kai_ray.service import explain as explain_module
+from kai_ray.service.api import SchedulerService
+from kai_ray.service.caller import ANYONE
+from kai_ray.service.objects import IdentityCache, min_node_gpu_memory, node_gpu_memory
+from kai_ray.service.sim_backend import SimBackend
+from kai_ray.v1 import scheduler_pb2 as pb
+
+pytestmark = pytest.mark.unit
+
+
+class Thing:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+def test_identity_cache_computes_once_per_object_and_forgets_dead_ones() -> None:
+    calls: list[int] = []
+
+    def compute(thing: Thing) -> int:
+        calls.append(thing.value)
+        return thing.value * 2
+
+    cache: IdentityCache[Thing, int] = IdentityCache(compute)
+    first, second = Thing(1), Thing(2)
+    assert [cache(first), cache(first), cache(second), cache(first)] == [2, 2, 4, 2]
+    assert calls == [1, 2]
+    del first
+    gc.collect()
+    assert len(cache) == 1
+    # An object equal in value but not the same object is computed for itself.
+    assert cache(Thing(2)) == 4 and calls == [1, 2, 2]
+
+
+def test_min_node_gpu_memory_follows_the_node_table_it_is_given() -> None:
+    backend = SimBackend(cluster(nodes=3))
+    nodes = backend.view().all("Node")
+    assert min_node_gpu_memory(nodes) == 81900.0
+    small = next(iter(nodes.values()))
+    assert isinstance(small, Node)
+    labels = {**small.metadata.labels, "nvidia.com/gpu.memory": "40960"}
+    changed = small.model_copy(update={"metadata": small.metadata.model_copy(update={"labels": labels})})
+    backend.create([])  # nothing; the table stays the same object
+    assert backend.view().all("Node") is nodes
+    other = {**nodes, ("", small.metadata.name): changed}
+    assert node_gpu_memory(changed) == 40900.0
+    assert min_node_gpu_memory(other) == 40900.0
+    assert min_node_gpu_memory(nodes) == 81900.0
+
+
+def test_explain_answers_the_same_from_the_memo_as_afresh() -> None:
+    backend = SimBackend(cluster(nodes=2))
+    service = SchedulerService(backend)
+    for index in range(6):  # 2 nodes × 8 GPUs: four gangs of 2 × 4 GPUs wait
+        service.submit_workload(gpu_job("ml", f"gang-{index}", "team-a", 2, 4), ANYONE)
+    backend.run_cycle()
+    ids = [w.id for w in service.workloads.all()]
+    remembered = [service.explain(pb.ExplainRequest(id=i), ANYONE) for i in ids]
+    afresh = []
+    for workload_id in ids:
+        explain_module._MEMOS.clear()
+        afresh.append(service.explain(pb.ExplainRequest(id=workload_id), ANYONE))
+    assert remembered == afresh
+    waiting = [e for e in remembered if e.state == pb.PENDING]
+    assert waiting and all(e.predicates for e in waiting)
+    assert [len(e.ahead) for e in waiting] == [0, 1, 2, 3]
+
+
+def test_explain_of_a_workload_submitted_after_the_last_cycle() -> None:
+    backend = SimBackend(cluster(nodes=1))
+    service = SchedulerService(backend)
+    backend.run_cycle()
+    first = service.submit_workload(gpu_job("ml", "a", "team-a", 1, 1), ANYONE)
+    service.explain(pb.ExplainRequest(id=first.id), ANYONE)  # the memo of this cycle exists
+    late = service.submit_workload(gpu_job("ml", "late", "team-a", 1, 1), ANYONE)
+    explanation = service.explain(pb.ExplainRequest(id=late.id), ANYONE)
+    assert explanation.state == pb.PENDING and explanation.cause == "NotScheduledYet"
+    assert not explanation.predicates  # nothing to say before a cycle has seen it
