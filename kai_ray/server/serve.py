@@ -32,6 +32,7 @@ from kai_ray.cluster.kube.fence import FencedApiClient
 from kai_ray.cluster.kube.grouping import PodGrouper
 from kai_ray.cluster.kube.leader import LeaderElector, LeaseTiming, lease_name
 from kai_ray.cluster.kube.permissions import (
+    API_PERMISSIONS,
     OWNER_READ_PERMISSIONS,
     PODGROUPER_PERMISSIONS,
     SCHEDULER_PERMISSIONS,
@@ -245,9 +246,15 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
         lease_name(options.scheduler_name),
         options.identity,
         options.lease_timing,
-        tuple(dict.fromkeys((*SCHEDULER_PERMISSIONS, *PODGROUPER_PERMISSIONS)))
-        if grouping
-        else SCHEDULER_PERMISSIONS,
+        tuple(
+            dict.fromkeys(
+                (
+                    *SCHEDULER_PERMISSIONS,
+                    *(PODGROUPER_PERMISSIONS if grouping else ()),
+                    *(API_PERMISSIONS if options.api is not None else ()),
+                )
+            )
+        ),
         OWNER_READ_PERMISSIONS if grouping else (),
     )
     metrics = SchedulerMetrics()

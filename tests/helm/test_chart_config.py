@@ -104,8 +104,13 @@ def command_flags(command: str) -> set[str]:
 
 @pytest.mark.parametrize(
     "values",
-    [(), ("podgrouper.inProcess=true",), (EXAMPLES / "beside-kai.yaml",)],
-    ids=["defaults", "in-process", "beside-kai"],
+    [
+        (),
+        ("podgrouper.inProcess=true",),
+        (EXAMPLES / "beside-kai.yaml",),
+        (EXAMPLES / "grpc-api.yaml", "scheduler.grpc.tls.clientCASecretName=clients"),
+    ],
+    ids=["defaults", "in-process", "beside-kai", "grpc-api-mtls"],
 )
 def test_every_deployment_flag_is_a_flag_of_its_command(render: Renderer, values: tuple[Any, ...]) -> None:
     objects = render(*values, "scheduler.extraArgs={--period=0.5}")
@@ -123,3 +128,15 @@ def test_every_deployment_flag_is_a_flag_of_its_command(render: Renderer, values
         assert f"--metrics-address=0.0.0.0:{port}" in flags
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
         assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_the_grpc_flags_are_the_ones_serve_help_lists() -> None:
+    """The chart's gRPC flags, by name, are in `kai-ray serve --help` (the parametrized test above
+    checks what a rendering passes; this names the ones the chart relies on)."""
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, ["serve", "--help"], terminal_width=200, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    known = command_flags("serve")
+    for flag in ("--grpc-address", "--tls-cert", "--tls-key", "--tls-client-ca", "--token-file"):
+        assert flag in known and flag in result.output, flag

@@ -16,6 +16,7 @@ import yaml
 from chart_support import NAMESPACE, PODGROUPER, ROOT, SCHEDULER, Renderer, find, granted, one
 
 from kai_ray.cluster.kube.permissions import (
+    API_PERMISSIONS,
     CLUSTER_PERMISSIONS,
     LEASE_PERMISSIONS,
     OWNER_READ_PERMISSIONS,
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.kube  # needs the helm binary
 
 SERVE_RBAC = ROOT / "examples" / "rbac" / "serve-rbac.yaml"
 PODGROUPER_RBAC = ROOT / "examples" / "rbac" / "podgrouper-rbac.yaml"
+SERVE_API_RBAC = ROOT / "examples" / "rbac" / "serve-api-rbac.yaml"
 
 
 def cluster_role(objects: list[dict[str, Any]], name: str) -> set[Any]:
@@ -101,3 +103,26 @@ def test_each_binding_gives_its_role_to_the_account_its_deployment_runs_as(
         }
         assert lease_binding["subjects"] == subject
     assert len(accounts) == len(find(objects, "Deployment"))
+
+
+@pytest.mark.parametrize("grpc", [False, True], ids=["no-api", "api"])
+@pytest.mark.parametrize("in_process", [False, True], ids=["separate", "in-process"])
+def test_the_grpc_api_adds_exactly_its_permissions_to_the_scheduler(
+    render: Renderer, in_process: bool, grpc: bool
+) -> None:
+    """`serve --grpc-address` checks API_PERMISSIONS at start-up: the chart grants them with the
+    API, and only then; the podgrouper's role never changes."""
+    objects = render(
+        f"podgrouper.inProcess={str(in_process).lower()}", f"scheduler.grpc.enabled={str(grpc).lower()}"
+    )
+    base = set(CLUSTER_PERMISSIONS) if in_process else set(SCHEDULER_PERMISSIONS)
+    expected = base | set(API_PERMISSIONS) if grpc else base
+    assert cluster_role(objects, SCHEDULER) == expected
+    documented = example_cluster_role(SERVE_RBAC) if in_process else set(SCHEDULER_PERMISSIONS)
+    if grpc:
+        documented |= example_cluster_role(SERVE_API_RBAC)
+    assert cluster_role(objects, SCHEDULER) == documented
+    if not in_process:
+        assert cluster_role(objects, PODGROUPER) == example_cluster_role(PODGROUPER_RBAC)
+    for role in find(objects, "Role"):
+        assert granted(role["rules"]) == set(LEASE_PERMISSIONS)

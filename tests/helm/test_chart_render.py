@@ -31,6 +31,7 @@ VALUE_SETS: dict[str, tuple[str | Path, ...]] = {
     "spread-custom-plugins": (EXAMPLES / "spread-custom-plugins.yaml",),
     "single-replica": (EXAMPLES / "single-replica.yaml",),
     "beside-kai": (EXAMPLES / "beside-kai.yaml",),
+    "grpc-api": (EXAMPLES / "grpc-api.yaml",),
 }
 
 
@@ -68,6 +69,9 @@ def test_every_example_has_a_golden() -> None:
         ("scheduler:\n  actions:\n    consolidate: {enabled: false}\n", "'consolidate' not allowed"),
         ("scheduler:\n  extraArgs: [period=2]\n", "at '/scheduler/extraArgs/0'"),
         ("image:\n  tag: 1\n", "at '/image/tag': got number, want string"),
+        ("scheduler:\n  grpc:\n    tls: {secret: x}\n", "additional properties 'secret' not allowed"),
+        ("scheduler:\n  grpc:\n    service: {type: Headless}\n", "at '/scheduler/grpc/service/type'"),
+        ("scheduler:\n  grpc:\n    port: 0\n", "at '/scheduler/grpc/port'"),
     ],
     ids=lambda v: v.splitlines()[0] if "\n" in v else None,
 )
@@ -81,12 +85,6 @@ def test_the_schema_refuses_unknown_keys_and_wrong_types(
         proc = helm(*args, check=False)
         assert proc.returncode != 0, f"{command[0]} accepted {values!r}"
         assert complaint in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-
-
-def test_grpc_is_refused_until_serve_has_it(helm: HelmRunner) -> None:
-    proc = helm(*template_args("scheduler.grpc.enabled=true"), check=False)
-    assert proc.returncode != 0
-    assert "kai-ray serve has no gRPC endpoint yet" in proc.stderr
 
 
 def test_disabling_every_action_is_refused(helm: HelmRunner) -> None:

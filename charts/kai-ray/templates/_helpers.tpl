@@ -85,8 +85,9 @@ affinity:
 
 {{/*
 The container fields both components share: image, identity from the downward API, the
-metrics/health port and its probes, security context, resources, /tmp.
-(dict "root" $ "values" .Values.scheduler)
+metrics/health port and its probes, security context, resources, /tmp; and the gRPC port when
+given one.
+(dict "root" $ "values" .Values.scheduler ["grpcPort" 50051])
 */}}
 {{- define "kai-ray.containerCommon" -}}
 image: {{ include "kai-ray.image" .root }}
@@ -104,6 +105,11 @@ ports:
   - name: http-metrics
     containerPort: {{ .values.ports.metricsPort }}
     protocol: TCP
+  {{- with .grpcPort }}
+  - name: grpc
+    containerPort: {{ . }}
+    protocol: TCP
+  {{- end }}
 livenessProbe:
   httpGet:
     path: /healthz

@@ -4,7 +4,8 @@ The RBAC rules, exactly kai_ray/cluster/kube/permissions.py's lists: what `serve
 tests/helm/test_chart_rbac.py renders the chart and compares these rules with the Python lists.
 */}}
 
-{{/* SCHEDULER_PERMISSIONS (+ PODGROUPER_PERMISSIONS when the podgrouper runs in-process). */}}
+{{/* SCHEDULER_PERMISSIONS (+ PODGROUPER_PERMISSIONS when the podgrouper runs in-process,
++ API_PERMISSIONS when the scheduler serves the gRPC API). */}}
 {{- define "kai-ray.schedulerRules" -}}
 # Pods: the cache (its own and other schedulers' pods on the nodes), node-pool and GPU-group
 # labels and PodGroup links, binding, evicting (the Eviction API), explaining.
@@ -49,9 +50,24 @@ tests/helm/test_chart_rbac.py renders the chart and compares these rules with th
 - apiGroups: [scheduling.run.ai]
   resources: [queues/status, podgroups/status, bindrequests/status]
   verbs: [patch]
+{{- if .Values.scheduler.grpc.enabled }}
+{{ include "kai-ray.apiRules" . }}
+{{- end }}
 {{- if .Values.podgrouper.inProcess }}
 {{ include "kai-ray.ownerReadRules" . }}
 {{- end }}
+{{- end -}}
+
+{{/* API_PERMISSIONS: the gRPC API's writes (scheduler.grpc.enabled). */}}
+{{- define "kai-ray.apiRules" -}}
+# The gRPC API: SubmitWorkload creates PodGroups and pods, CancelWorkload deletes them, and a
+# submit that failed half-way reads back and deletes what it made (its other reads are the cache).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, create, delete]
+- apiGroups: [scheduling.run.ai]
+  resources: [podgroups]
+  verbs: [get, create, delete]
 {{- end -}}
 
 {{/* PODGROUPER_PERMISSIONS + OWNER_READ_PERMISSIONS: `kai-ray podgrouper` alone. */}}

@@ -1,9 +1,10 @@
 """Exactly what `kai-ray serve` and `kai-ray podgrouper` may do on the API server, and a
 start-up check that they can.
 
-The lists are the single source for three things that must agree: the RBAC
+The lists are the single source for four things that must agree: the RBAC
 manifests shipped in `examples/rbac/` (a test holds that they grant these and
-nothing more), the table in docs/kubernetes.md, and the
+nothing more), the Helm chart's ClusterRoles (tests/helm/test_chart_rbac.py), the
+table in docs/kubernetes.md, and the
 check `serve` runs before it starts, so a missing rule is one clear line at
 start-up instead of a 403 on every cycle.
 """
@@ -17,6 +18,7 @@ from typing import Any
 from kubernetes import client
 
 __all__ = [
+    "API_PERMISSIONS",
     "CLUSTER_PERMISSIONS",
     "LEASE_PERMISSIONS",
     "OWNER_READ_PERMISSIONS",
@@ -124,6 +126,16 @@ CLUSTER_PERMISSIONS: tuple[Permission, ...] = tuple(
     dict.fromkeys((*SCHEDULER_PERMISSIONS, *PODGROUPER_PERMISSIONS, *OWNER_READ_PERMISSIONS))
 )
 """`kai-ray serve` with its in-process podgrouper (the default): the three sets above."""
+
+API_PERMISSIONS: tuple[Permission, ...] = (
+    *_each("", "pods", ("get", "create", "delete")),
+    *_each(_SCHEDULING, "podgroups", ("get", "create", "delete")),
+)
+"""The gRPC API (`serve --grpc-address`), on top of the sets above, granted cluster-wide: exactly
+what its Kubernetes backend (`kai_ray/service/kube_backend.py`) calls.  SubmitWorkload creates
+PodGroups and pods, CancelWorkload deletes them, and a submit that failed half-way reads back
+(`get`) and deletes what it may have made.  Its reads of the cluster come from the scheduler's
+own cache, so it lists and watches nothing of its own."""
 
 LEASE_PERMISSIONS: tuple[Permission, ...] = tuple(
     _each("coordination.k8s.io", "leases", ("get", "create", "update"))
