@@ -19,6 +19,7 @@ from kai_ray.api.scheduler_conf import SchedulerConfigError, load_scheduler_conf
 from kai_ray.bench.emit import write_scenario
 from kai_ray.bench.runner import run_shape
 from kai_ray.bench.shapes import SHAPES, build_shape
+from kai_ray.cli_api import Output, OutputOption
 from kai_ray.cli_help import KaiRayTyper
 from kai_ray.cluster.sim.scenario import ScenarioError, is_scenario_file, load_scenario
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
@@ -32,11 +33,6 @@ if TYPE_CHECKING:
     from kai_ray.server.api_serve import GrpcOptions
 
 app = KaiRayTyper(help="kai-ray: a Ray-native, KAI-compatible GPU scheduler.", no_args_is_help=True)
-
-
-class OutputFormat(enum.StrEnum):
-    TABLE = "table"
-    JSON = "json"
 
 
 class ExecutorName(enum.StrEnum):
@@ -201,7 +197,7 @@ def simulate(
         Path, typer.Argument(help="A conformance scenario file, or Kubernetes manifests (file or directory).")
     ],
     cycles: Annotated[int | None, typer.Option("--cycles", min=1, help="Scheduling cycles to run.")] = None,
-    output: Annotated[OutputFormat, typer.Option("--output", help="table or json")] = OutputFormat.TABLE,
+    output: OutputOption = Output.TABLE,
     executor: ExecutorOption = ExecutorName.LOCAL,
     shards: ShardsOption = 2,
     ray_address: RayAddressOption = None,
@@ -214,7 +210,7 @@ def simulate(
     if not path.exists():
         _fail([f"{path}: no such file or directory"])
     results = _simulate(path, cycles, _executor(executor, shards, ray_address), config_file)
-    if output == OutputFormat.JSON:
+    if output == Output.JSON:
         typer.echo(render_json(results))
     else:
         render_table(results, terminal_console())
@@ -587,7 +583,7 @@ def group(
     case: Annotated[
         Path, typer.Argument(help="A grouping conformance case (conformance/grouping/FORMAT.md).")
     ],
-    output: Annotated[OutputFormat, typer.Option("--output", help="table or json")] = OutputFormat.TABLE,
+    output: OutputOption = Output.TABLE,
 ) -> None:
     """Group the case's pod as KAI's podgrouper would and print its PodGroup metadata."""
     from kai_ray_operators import GroupingError
@@ -601,7 +597,7 @@ def group(
     except GroupingError as exc:
         typer.echo(f"cannot group: {exc}", err=True)
         raise typer.Exit(code=1) from None
-    if output == OutputFormat.JSON:
+    if output == Output.JSON:
         typer.echo(json.dumps(result, indent=2, sort_keys=True))
         return
     print_grouping(result, terminal_console())

@@ -14,9 +14,11 @@ and 1 for everything else (the server refused, was unreachable, or timed out).
 from __future__ import annotations
 
 import enum
+import functools
+import inspect
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from rich.console import Console, Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -139,6 +141,45 @@ class Connection:
     timeout: float
 
 
+_CONNECTION_OPTIONS = [
+    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=option)
+    for name, option, default in (
+        ("server", ServerOption, None),
+        ("token", TokenOption, None),
+        ("tls_ca", TlsCaOption, None),
+        ("manifests", ManifestsOption, None),
+        ("timeout", TimeoutOption, DEFAULT_TIMEOUT),
+    )
+]
+"""The options every command of the API takes after its own, in `Connection`'s order."""
+
+
+def _command(name: str | None = None) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register an API command: ``function``'s parameters but its first, ``connection``, then the
+    connection options (--server, --token, --tls-ca, --manifests, --timeout), which reach it as
+    that `Connection`.  A `ServiceError` it raises, before calling or from the call, is reported
+    as one line (exit 2 for bad input, else 1)."""
+
+    def register(function: Callable[..., None]) -> Callable[..., None]:
+        own = list(inspect.signature(function, eval_str=True).parameters.values())
+        assert own[0].name == "connection", function.__name__
+
+        @functools.wraps(function)
+        def command(**options: Any) -> None:
+            connection = Connection(*(options.pop(p.name) for p in _CONNECTION_OPTIONS))
+            try:
+                function(connection, **options)
+            except ServiceError as exc:
+                _service_failure(exc)
+
+        # What typer reads for the command's options (it follows __signature__, not __wrapped__).
+        command.__signature__ = inspect.Signature([*own[1:], *_CONNECTION_OPTIONS])  # type: ignore[attr-defined]
+        app.command(name)(command)
+        return function
+
+    return register
+
+
 def _fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code=code)
@@ -223,8 +264,6 @@ def _connect(connection: Connection) -> Iterator[SchedulerClient]:
         _fail(f"give --server HOST:PORT (or ${SERVER_ENV}), or --manifests DIR to work offline")
     try:
         yield client
-    except ServiceError as exc:
-        _service_failure(exc)
     finally:
         client.close()
 
@@ -425,8 +464,12 @@ def _what_if_view(response: pb.WhatIfResponse) -> Group:
     return Group(*parts)
 
 
-def _print(console: Console, renderable: Any) -> None:
-    console.print(renderable)
+def _show(output: Output, answer: Message | Sequence[Message], view: Callable[[], RenderableType]) -> None:
+    """A command's answer: the message(s) as JSON for `--output json`, else ``view()`` for people."""
+    if output == Output.JSON:
+        _print_json(_as_dict(answer) if isinstance(answer, Message) else [_as_dict(m) for m in answer])
+    else:
+        terminal_console().print(view())
 
 
 # ------------------------------------------------------------------------------------- requests
@@ -496,8 +539,9 @@ def _state_filter(state: State | None) -> str | None:
 # ------------------------------------------------------------------------------------- commands
 
 
-@app.command()
+@_command()
 def submit(
+    connection: Connection,
     file: Annotated[
         Path,
         typer.Argument(
@@ -524,27 +568,17 @@ def submit(
         ),
     ] = None,
     output: OutputOption = Output.TABLE,
-    server: ServerOption = None,
-    token: TokenOption = None,
-    tls_ca: TlsCaOption = None,
-    manifests: ManifestsOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
 ) -> None:
     """Submit FILE as a workload (all of its objects, or none) and print its state."""
-    try:
-        requests = _submit_requests(file, namespace, name)
-    except ServiceError as exc:
-        _service_failure(exc)
-    with _connect(Connection(server, token, tls_ca, manifests, timeout)) as client:
+    requests = _submit_requests(file, namespace, name)
+    with _connect(connection) as client:
         responses = [client.submit_workload(request) for request in requests]
-    if output == Output.JSON:
-        _print_json([_as_dict(r) for r in responses])
-        return
-    _print(terminal_console(), _workloads_table([r.workload for r in responses], "Submitted"))
+    _show(output, responses, lambda: _workloads_table([r.workload for r in responses], "Submitted"))
 
 
-@app.command()
+@_command()
 def status(
+    connection: Connection,
     workload: Annotated[
         str | None,
         typer.Argument(help="NAMESPACE/NAME of one workload; without it, a list.", show_default=False),
@@ -560,27 +594,16 @@ def status(
         State | None, typer.Option("--state", help="List only workloads in this state.", show_default=False)
     ] = None,
     output: OutputOption = Output.TABLE,
-    server: ServerOption = None,
-    token: TokenOption = None,
-    tls_ca: TlsCaOption = None,
-    manifests: ManifestsOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
 ) -> None:
     """Show one workload, or list workloads (every page) with optional filters."""
     if workload is not None:
         if namespace is not None or queue is not None or state is not None:
             _fail("--namespace, --queue and --state filter a list; not with NAMESPACE/NAME")
-        try:
-            workload_id = parse_id(workload)
-        except ServiceError as exc:
-            _service_failure(exc)
-    with _connect(Connection(server, token, tls_ca, manifests, timeout)) as client:
+        workload_id = parse_id(workload)
+    with _connect(connection) as client:
         if workload is not None:
             found = client.get_workload(pb.GetWorkloadRequest(id=workload_id))
-            if output == Output.JSON:
-                _print_json(_as_dict(found))
-            else:
-                _print(terminal_console(), _workload_detail(found))
+            _show(output, found, lambda: _workload_detail(found))
             return
         listed: list[pb.Workload] = []
         request = pb.ListWorkloadsRequest(
@@ -592,10 +615,7 @@ def status(
             if not page.next_page_token:
                 break
             request.page_token = page.next_page_token
-    if output == Output.JSON:
-        _print_json([_as_dict(w) for w in listed])
-        return
-    _print(terminal_console(), _workloads_table(listed))
+    _show(output, listed, lambda: _workloads_table(listed))
 
 
 def _event_line(event: pb.WorkloadEvent) -> Text:
@@ -609,8 +629,9 @@ def _event_line(event: pb.WorkloadEvent) -> Text:
     return line
 
 
-@app.command()
+@_command()
 def watch(
+    connection: Connection,
     namespace: Annotated[
         str | None,
         typer.Option("--namespace", "-n", help="Only workloads of this namespace.", show_default=False),
@@ -630,11 +651,6 @@ def watch(
     output: Annotated[
         Output, typer.Option("--output", help="table (one line per event) or json (one object per line).")
     ] = Output.TABLE,
-    server: ServerOption = None,
-    token: TokenOption = None,
-    tls_ca: TlsCaOption = None,
-    manifests: ManifestsOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
 ) -> None:
     """Print every change of state of the matching workloads as it happens, until Ctrl-C.
 
@@ -646,7 +662,7 @@ def watch(
     stop = threading.Event()
     console = terminal_console()
     try:
-        with _connect(Connection(server, token, tls_ca, manifests, timeout)) as client:
+        with _connect(connection) as client:
             for event in client.watch_workloads(request, stop):
                 last_token = event.resume_token or last_token
                 if output == Output.JSON:
@@ -659,52 +675,33 @@ def watch(
         typer.echo(f"resume with: --resume {last_token}", err=True)
 
 
-@app.command()
+@_command()
 def explain(
+    connection: Connection,
     workload: Annotated[str, typer.Argument(help="NAMESPACE/NAME of the workload.", show_default=False)],
     output: OutputOption = Output.TABLE,
-    server: ServerOption = None,
-    token: TokenOption = None,
-    tls_ca: TlsCaOption = None,
-    manifests: ManifestsOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
 ) -> None:
     """Why a workload waits or was evicted, as the scheduler sees it.
 
     Its gang, the checks nodes fail, its queue's share, who is ahead of it in the queue and what
     would have to free up."""
-    try:
-        workload_id = parse_id(workload)
-    except ServiceError as exc:
-        _service_failure(exc)
-    with _connect(Connection(server, token, tls_ca, manifests, timeout)) as client:
+    workload_id = parse_id(workload)
+    with _connect(connection) as client:
         explanation = client.explain(pb.ExplainRequest(id=workload_id))
-    if output == Output.JSON:
-        _print_json(_as_dict(explanation))
-        return
-    _print(terminal_console(), _explanation(explanation))
+    _show(output, explanation, lambda: _explanation(explanation))
 
 
-@app.command()
-def queues(
-    output: OutputOption = Output.TABLE,
-    server: ServerOption = None,
-    token: TokenOption = None,
-    tls_ca: TlsCaOption = None,
-    manifests: ManifestsOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-) -> None:
+@_command()
+def queues(connection: Connection, output: OutputOption = Output.TABLE) -> None:
     """The queue tree with each queue's quota, limit, fair share, allocation and request."""
-    with _connect(Connection(server, token, tls_ca, manifests, timeout)) as client:
+    with _connect(connection) as client:
         listed = client.list_queues(pb.ListQueuesRequest())
-    if output == Output.JSON:
-        _print_json([_as_dict(q) for q in listed.queues])
-        return
-    _print(terminal_console(), _queues_table(listed.queues))
+    _show(output, listed.queues, lambda: _queues_table(listed.queues))
 
 
-@app.command("what-if")
+@_command("what-if")
 def what_if(
+    connection: Connection,
     file: Annotated[
         Path,
         typer.Argument(
@@ -732,22 +729,11 @@ def what_if(
         ),
     ] = None,
     output: OutputOption = Output.TABLE,
-    server: ServerOption = None,
-    token: TokenOption = None,
-    tls_ca: TlsCaOption = None,
-    manifests: ManifestsOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
 ) -> None:
     """What one cycle would bind and evict with FILE's workloads added; nothing is applied.
 
     The cycle runs on a copy of the cluster as it is now."""
-    try:
-        request = _what_if_request(file, namespace, remove_node or [])
-    except ServiceError as exc:
-        _service_failure(exc)
-    with _connect(Connection(server, token, tls_ca, manifests, timeout)) as client:
+    request = _what_if_request(file, namespace, remove_node or [])
+    with _connect(connection) as client:
         response = client.what_if(request)
-    if output == Output.JSON:
-        _print_json(_as_dict(response))
-        return
-    _print(terminal_console(), _what_if_view(response))
+    _show(output, response, lambda: _what_if_view(response))

@@ -15,7 +15,7 @@ or ordinary Kubernetes manifests (`submit_manifests`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar
@@ -27,6 +27,7 @@ from google.protobuf.message import Message
 
 from kai_ray.service.caller import ANYONE, Caller
 from kai_ray.service.errors import ErrorCode, ServiceError
+from kai_ray.service.protocol import SchedulerServiceLike
 from kai_ray.v1 import scheduler_pb2 as pb
 from kai_ray.v1 import scheduler_pb2_grpc as pb_grpc
 
@@ -77,29 +78,6 @@ class SchedulerClient(Protocol):
     def close(self) -> None: ...
 
 
-class _Service(Protocol):
-    """The in-process service `LocalClient` adapts (`kai_ray.service.api.SchedulerService`).
-
-    Structural, so the client does not import the service (and the simulated cluster behind it)
-    merely to talk to a remote server."""
-
-    def submit_workload(
-        self, request: pb.SubmitWorkloadRequest, caller: Caller
-    ) -> pb.SubmitWorkloadResponse: ...
-    def get_workload(self, request: pb.GetWorkloadRequest, caller: Caller) -> pb.Workload: ...
-    def list_workloads(
-        self, request: pb.ListWorkloadsRequest, caller: Caller
-    ) -> pb.ListWorkloadsResponse: ...
-    def watch_workloads(
-        self, request: pb.WatchWorkloadsRequest, caller: Caller, stop: threading.Event
-    ) -> Iterator[pb.WorkloadEvent]: ...
-    def cancel_workload(self, request: pb.CancelWorkloadRequest, caller: Caller) -> pb.Workload: ...
-    def explain(self, request: pb.ExplainRequest, caller: Caller) -> pb.Explanation: ...
-    def list_queues(self, request: pb.ListQueuesRequest, caller: Caller) -> pb.ListQueuesResponse: ...
-    def what_if(self, request: pb.WhatIfRequest, caller: Caller) -> pb.WhatIfResponse: ...
-    def get_cluster(self, request: pb.GetClusterRequest, caller: Caller) -> pb.Cluster: ...
-
-
 class RemoteError(ServiceError):
     """A failed call, with the gRPC status name as the server sent it.
 
@@ -123,10 +101,69 @@ def _remote_error(exc: grpc.RpcError) -> RemoteError:
     for key, value in trailers:
         if key == FIELD_METADATA_KEY:
             field = value.decode() if isinstance(value, bytes) else str(value)
+    if field:
+        # The server leads the message with the field for clients that only read the text.
+        details = details.removeprefix(f"{field}: ")
     return RemoteError(name, details, field)
 
 
-class KaiRayClient:
+_Request = TypeVar("_Request", bound=Message)
+_Response = TypeVar("_Response", bound=Message)
+
+_RPCS = pb.DESCRIPTOR.services_by_name["Scheduler"].methods_by_name
+
+
+def _rpc_name(operation: str) -> str:
+    """The RPC of an operation: `list_queues` -> `ListQueues`."""
+    return "".join(word.title() for word in operation.split("_"))
+
+
+def _unary(
+    operation: Callable[[SchedulerClient, _Request], _Response],
+) -> Callable[[_Client, _Request], _Response]:
+    """A client method for ``operation`` of `SchedulerClient` (its name and types): the client's
+    `_Client._call` with the operation's name."""
+    name = operation.__name__
+    assert _rpc_name(name) in _RPCS, name
+
+    def method(client: _Client, request: _Request) -> _Response:
+        response: _Response = client._call(name, request)
+        return response
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+class _Client:
+    """What both clients share: closing as a context manager, and the unary operations of
+    `SchedulerClient`, each one `_call` naming it (``watch_workloads`` is each client's own)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _call(self, operation: str, request: Message) -> Any:
+        """The answer to ``request`` by the operation of that name (`get_workload`)."""
+        raise NotImplementedError
+
+    submit_workload = _unary(SchedulerClient.submit_workload)
+    get_workload = _unary(SchedulerClient.get_workload)
+    list_workloads = _unary(SchedulerClient.list_workloads)
+    cancel_workload = _unary(SchedulerClient.cancel_workload)
+    explain = _unary(SchedulerClient.explain)
+    list_queues = _unary(SchedulerClient.list_queues)
+    what_if = _unary(SchedulerClient.what_if)
+    get_cluster = _unary(SchedulerClient.get_cluster)
+
+
+class KaiRayClient(_Client):
     """A typed client of `kai_ray.v1.Scheduler` over one channel; a context manager closing it.
 
     ``token`` goes in the metadata of every call (`authorization: Bearer TOKEN`), never in a log or
@@ -158,54 +195,16 @@ class KaiRayClient:
         # No token here: a repr ends up in tracebacks and logs.
         return f"KaiRayClient({self.address!r})"
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
     def close(self) -> None:
         self._channel.close()
 
-    def _call(self, method: Any, request: Message) -> Any:
+    def _call(self, operation: str, request: Message) -> Any:
         try:
-            return method(request, timeout=self._timeout, metadata=self._metadata)
+            return getattr(self._stub, _rpc_name(operation))(
+                request, timeout=self._timeout, metadata=self._metadata
+            )
         except grpc.RpcError as exc:
             raise _remote_error(exc) from None
-
-    def submit_workload(self, request: pb.SubmitWorkloadRequest) -> pb.SubmitWorkloadResponse:
-        response: pb.SubmitWorkloadResponse = self._call(self._stub.SubmitWorkload, request)
-        return response
-
-    def get_workload(self, request: pb.GetWorkloadRequest) -> pb.Workload:
-        response: pb.Workload = self._call(self._stub.GetWorkload, request)
-        return response
-
-    def list_workloads(self, request: pb.ListWorkloadsRequest) -> pb.ListWorkloadsResponse:
-        response: pb.ListWorkloadsResponse = self._call(self._stub.ListWorkloads, request)
-        return response
-
-    def cancel_workload(self, request: pb.CancelWorkloadRequest) -> pb.Workload:
-        response: pb.Workload = self._call(self._stub.CancelWorkload, request)
-        return response
-
-    def explain(self, request: pb.ExplainRequest) -> pb.Explanation:
-        response: pb.Explanation = self._call(self._stub.Explain, request)
-        return response
-
-    def list_queues(self, request: pb.ListQueuesRequest) -> pb.ListQueuesResponse:
-        response: pb.ListQueuesResponse = self._call(self._stub.ListQueues, request)
-        return response
-
-    def what_if(self, request: pb.WhatIfRequest) -> pb.WhatIfResponse:
-        response: pb.WhatIfResponse = self._call(self._stub.WhatIf, request)
-        return response
-
-    def get_cluster(self, request: pb.GetClusterRequest) -> pb.Cluster:
-        response: pb.Cluster = self._call(self._stub.GetCluster, request)
-        return response
 
     def watch_workloads(
         self, request: pb.WatchWorkloadsRequest, stop: threading.Event | None = None
@@ -241,55 +240,26 @@ def _cancel_when(stream: Any, stop: threading.Event, finished: threading.Event) 
             return
 
 
-class LocalClient:
+class LocalClient(_Client):
     """`SchedulerClient` over a service in this process, every call made as ``caller``.
 
     The CLI's offline mode (`--manifests DIR`) goes through here, so it answers exactly as a
     server over the same cluster would, errors included."""
 
-    def __init__(self, service: _Service, caller: Caller = ANYONE) -> None:
+    def __init__(self, service: SchedulerServiceLike, caller: Caller = ANYONE) -> None:
         self.service = service
         self.caller = caller
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         """Nothing to release: the service belongs to whoever made it."""
 
-    def submit_workload(self, request: pb.SubmitWorkloadRequest) -> pb.SubmitWorkloadResponse:
-        return self.service.submit_workload(request, self.caller)
-
-    def get_workload(self, request: pb.GetWorkloadRequest) -> pb.Workload:
-        return self.service.get_workload(request, self.caller)
-
-    def list_workloads(self, request: pb.ListWorkloadsRequest) -> pb.ListWorkloadsResponse:
-        return self.service.list_workloads(request, self.caller)
+    def _call(self, operation: str, request: Message) -> Any:
+        return getattr(self.service, operation)(request, self.caller)
 
     def watch_workloads(
         self, request: pb.WatchWorkloadsRequest, stop: threading.Event | None = None
     ) -> Iterator[pb.WorkloadEvent]:
         return self.service.watch_workloads(request, self.caller, stop or threading.Event())
-
-    def cancel_workload(self, request: pb.CancelWorkloadRequest) -> pb.Workload:
-        return self.service.cancel_workload(request, self.caller)
-
-    def explain(self, request: pb.ExplainRequest) -> pb.Explanation:
-        return self.service.explain(request, self.caller)
-
-    def list_queues(self, request: pb.ListQueuesRequest) -> pb.ListQueuesResponse:
-        return self.service.list_queues(request, self.caller)
-
-    def what_if(self, request: pb.WhatIfRequest) -> pb.WhatIfResponse:
-        return self.service.what_if(request, self.caller)
-
-    def get_cluster(self, request: pb.GetClusterRequest) -> pb.Cluster:
-        return self.service.get_cluster(request, self.caller)
 
 
 # ------------------------------------------------------------------------------------- requests

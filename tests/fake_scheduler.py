@@ -1,30 +1,33 @@
-"""A small stand-in for the API, for testing the client and the CLI without the real service.
+"""A small stand-in for the service layer, for testing the transport, the client and the CLI
+without the real service.
 
-`FakeService` has the service layer's methods (request, caller) over a dict of workloads, with
-canned queues and explanations; `serve_fake` puts it behind a real gRPC server on 127.0.0.1 with a
-servicer written here (so client tests do not depend on kai-ray's own server), mapping
-`ServiceError` to a status of the same name and the field to `kai-ray-field` trailing metadata,
-as the API's contract says.
+`FakeService` implements `SchedulerServiceLike` over a dict of workloads, with canned queues and
+explanations, and just enough behaviour to tell a caller apart from the service: it records every
+call with its request and `Caller`, refuses bad input with the `ServiceError`s the real service
+raises (field named), checks namespaces with `Caller.require` before existence, and can be told
+to fail a method with any exception or to hold it (for deadlines).  Its watch streams count
+themselves, so a test can wait until every stream is open and see that each one's stop event was
+set.  `serve_fake` puts it behind kai-ray's own gRPC server on 127.0.0.1.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Iterator
-from concurrent import futures
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-import grpc
-
+from kai_ray.server.grpc_api import start_grpc_server
+from kai_ray.server.grpc_auth import TokenTable
 from kai_ray.service.caller import Caller
 from kai_ray.service.errors import ErrorCode, ServiceError
 from kai_ray.v1 import scheduler_pb2 as pb
-from kai_ray.v1 import scheduler_pb2_grpc as pb_grpc
 
 GPU = "nvidia.com/gpu"
+#: How often a fake watch re-checks its stop event (the real service wakes on it; a fake may poll).
+_STOP_POLL_SECONDS = 0.05
+#: The longest a held call waits to be let go (`FakeService.hold`).
+_HOLD_SECONDS = 30.0
 
 
 def _queue(
@@ -50,20 +53,37 @@ QUEUES = [
 ]
 
 
-@dataclass
-class FakeService:
-    """The service layer's operations, in memory; `calls` records (method, caller) in order."""
+@dataclass(frozen=True)
+class Call:
+    method: str
+    request: object
+    caller: Caller
 
-    workloads: dict[str, pb.Workload] = field(default_factory=dict)
-    calls: list[tuple[str, Caller]] = field(default_factory=list)
-    events: queue.Queue[pb.WorkloadEvent | None] = field(default_factory=queue.Queue)
-    watching: threading.Event = field(default_factory=threading.Event)
+
+class FakeService:
+    """An in-memory stand-in for `kai_ray.service.api.SchedulerService`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self.calls: list[Call] = []
+        self.workloads: dict[str, pb.Workload] = {}
+        #: method name (the service's, e.g. "get_workload") -> what it raises instead of answering
+        self.fail: dict[str, BaseException] = {}
+        #: method name -> an event its calls wait for (at most 30 s) before answering
+        self.hold: dict[str, threading.Event] = {}
+        self.watching = 0  # open watch streams
+        self.watch_stops = 0  # watch streams that ended because their stop event was set
+        self._published: list[pb.Workload] = []
+        self._ended = False
+
+    # ------------------------------------------------------------------ bookkeeping for tests
 
     def add(
         self, namespace: str, name: str, queue_name: str, state: int, pods: int = 2, bound: int = 0
-    ) -> None:
+    ) -> pb.Workload:
+        """A workload of ``pods`` pods asking one GPU each, ``bound`` of them on node-0."""
         workload_id = f"{namespace}/{name}"
-        self.workloads[workload_id] = pb.Workload(
+        workload = pb.Workload(
             id=workload_id,
             namespace=namespace,
             name=name,
@@ -79,20 +99,53 @@ class FakeService:
                 pb.PodPlacement(pod=f"{name}-{i}", node="node-0" if i < bound else "") for i in range(pods)
             ],
         )
+        with self._lock:
+            self.workloads[workload_id] = workload
+        return workload
 
-    def _record(self, method: str, caller: Caller) -> None:
-        self.calls.append((method, caller))
+    def _record(self, method: str, request: object, caller: Caller) -> None:
+        with self._lock:
+            self.calls.append(Call(method, request, caller))
+            failure = self.fail.get(method)
+            held = self.hold.get(method)
+        if held is not None:
+            held.wait(_HOLD_SECONDS)
+        if failure is not None:
+            raise failure
+
+    def methods_called(self) -> list[str]:
+        with self._lock:
+            return [call.method for call in self.calls]
+
+    def publish(self, workload: pb.Workload) -> None:
+        """Every open watch stream sends ``workload`` as a MODIFIED event."""
+        with self._lock:
+            self._published.append(workload)
+            self._lock.notify_all()
+
+    def end_watches(self) -> None:
+        """Every watch stream, open or to come, ends after what it has to send (a finite watch)."""
+        with self._lock:
+            self._ended = True
+            self._lock.notify_all()
+
+    def wait_watching(self, count: int, timeout: float = 30.0) -> bool:
+        with self._lock:
+            return self._lock.wait_for(lambda: self.watching == count, timeout)
+
+    # ------------------------------------------------------------------ the service
 
     def submit_workload(self, request: pb.SubmitWorkloadRequest, caller: Caller) -> pb.SubmitWorkloadResponse:
-        self._record("submit_workload", caller)
+        self._record("submit_workload", request, caller)
         if not request.namespace:
-            raise ServiceError(ErrorCode.INVALID_ARGUMENT, "required", "namespace")
+            raise ServiceError(ErrorCode.INVALID_ARGUMENT, "a namespace is required", "namespace")
         caller.require(request.namespace)
-        if request.HasField("manifests"):
-            name = request.name or f"from-manifests-{len(request.manifests.documents)}"
-            queue_name = "team-a"
-            pods = len(request.manifests.documents)
-        else:
+        if request.WhichOneof("source") == "manifests":
+            documents = len(request.manifests.documents)
+            if not documents:
+                raise ServiceError(ErrorCode.INVALID_ARGUMENT, "no documents", "manifests.documents")
+            name, queue_name, pods = request.name or f"from-manifests-{documents}", "team-a", documents
+        elif request.WhichOneof("source") == "workload":
             spec = request.workload
             if not spec.pod_sets:
                 raise ServiceError(ErrorCode.INVALID_ARGUMENT, "at least one pod set", "workload.pod_sets")
@@ -107,73 +160,108 @@ class FakeService:
                 raise ServiceError(
                     ErrorCode.INVALID_ARGUMENT, f"queue {spec.queue!r} does not exist", "workload.queue"
                 )
-            name = request.name or spec.pod_sets[0].name
-            queue_name = spec.queue
-            pods = sum(p.replicas for p in spec.pod_sets)
+            name, queue_name = request.name or spec.pod_sets[0].name, spec.queue
+            pods = sum(pod_set.replicas for pod_set in spec.pod_sets)
+        else:
+            raise ServiceError(ErrorCode.INVALID_ARGUMENT, "workload or manifests is required", "source")
         workload_id = f"{request.namespace}/{name}"
-        if workload_id in self.workloads:
-            raise ServiceError(ErrorCode.ALREADY_EXISTS, f"{workload_id} already exists", "name")
-        self.add(request.namespace, name, queue_name, pb.PENDING, pods)
-        return pb.SubmitWorkloadResponse(id=workload_id, workload=self.workloads[workload_id])
+        with self._lock:
+            if workload_id in self.workloads:
+                raise ServiceError(ErrorCode.ALREADY_EXISTS, f"{workload_id} already exists", "name")
+            workload = self.add(request.namespace, name, queue_name, pb.PENDING, pods)
+        return pb.SubmitWorkloadResponse(id=workload_id, workload=workload)
 
     def _find(self, workload_id: str, caller: Caller) -> pb.Workload:
-        found = self.workloads.get(workload_id)
-        if found is None:
+        namespace, _, name = workload_id.partition("/")
+        if not namespace or not name:
+            raise ServiceError(ErrorCode.INVALID_ARGUMENT, "expected NAMESPACE/NAME", "id")
+        caller.require(namespace)
+        with self._lock:
+            workload = self.workloads.get(workload_id)
+        if workload is None:
             raise ServiceError(ErrorCode.NOT_FOUND, f"no workload {workload_id}", "id")
-        caller.require(found.namespace)
-        return found
+        return workload
 
     def get_workload(self, request: pb.GetWorkloadRequest, caller: Caller) -> pb.Workload:
-        self._record("get_workload", caller)
+        self._record("get_workload", request, caller)
         return self._find(request.id, caller)
 
     def list_workloads(self, request: pb.ListWorkloadsRequest, caller: Caller) -> pb.ListWorkloadsResponse:
-        """Pages of `page_size` (2 by default here, so the CLI's paging is exercised)."""
-        self._record("list_workloads", caller)
-        matches = [
-            w
-            for key, w in sorted(self.workloads.items())
-            if caller.may_use(w.namespace)
-            and (not request.namespace or w.namespace == request.namespace)
-            and (not request.queue or w.queue == request.queue)
-            and (not request.state or w.state == request.state)
-        ]
+        """Pages of `page_size` (2 at most here, so the CLI's paging is exercised)."""
+        self._record("list_workloads", request, caller)
+        if request.namespace:
+            caller.require(request.namespace)
+        with self._lock:
+            matches = [
+                w
+                for _, w in sorted(self.workloads.items())
+                if caller.may_use(w.namespace)
+                and (not request.namespace or w.namespace == request.namespace)
+                and (not request.queue or w.queue == request.queue)
+                and (not request.state or w.state == request.state)
+            ]
         start = int(request.page_token or 0)
         size = min(request.page_size or 2, 2)
-        page = matches[start : start + size]
         more = start + size < len(matches)
-        return pb.ListWorkloadsResponse(workloads=page, next_page_token=str(start + size) if more else "")
+        return pb.ListWorkloadsResponse(
+            workloads=matches[start : start + size], next_page_token=str(start + size) if more else ""
+        )
 
     def watch_workloads(
         self, request: pb.WatchWorkloadsRequest, caller: Caller, stop: threading.Event
     ) -> Iterator[pb.WorkloadEvent]:
-        """One ADDED per workload (unless resuming), then whatever `events` is fed; None ends it."""
-        self._record("watch_workloads", caller)
-        if request.resume_token == "gone":
-            raise ServiceError(
-                ErrorCode.OUT_OF_RANGE, "resume token too old; list and watch again", "resume_token"
-            )
-        if not request.resume_token:
-            for index, (_, w) in enumerate(sorted(self.workloads.items())):
-                yield pb.WorkloadEvent(type=pb.WorkloadEvent.ADDED, workload=w, resume_token=f"t{index}")
-        self.watching.set()
-        while not stop.is_set():
-            try:
-                event = self.events.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            if event is None:
-                return
-            yield event
+        """One ADDED per workload (unless resuming), then a MODIFIED per `publish`, until ``stop``
+        is set or `end_watches`."""
+        self._record("watch_workloads", request, caller)
+        if request.namespace:
+            caller.require(request.namespace)
+        if request.resume_token == "stale":
+            raise ServiceError(ErrorCode.OUT_OF_RANGE, "resume token too old", "resume_token")
+        with self._lock:
+            self.watching += 1
+            seen = len(self._published)
+            existing = [] if request.resume_token else [w for _, w in sorted(self.workloads.items())]
+            self._lock.notify_all()
+        try:
+            for index, workload in enumerate(existing):
+                yield pb.WorkloadEvent(
+                    type=pb.WorkloadEvent.ADDED, workload=workload, resume_token=f"t{index}"
+                )
+            while True:
+                with self._lock:
+                    self._lock.wait_for(
+                        lambda after=seen: len(self._published) > after or stop.is_set() or self._ended,
+                        _STOP_POLL_SECONDS,
+                    )
+                    news = self._published[seen:]
+                    seen += len(news)
+                    ended = self._ended
+                if stop.is_set():
+                    with self._lock:
+                        self.watch_stops += 1
+                    return
+                for workload in news:
+                    yield pb.WorkloadEvent(
+                        type=pb.WorkloadEvent.MODIFIED, workload=workload, resume_token=str(seen)
+                    )
+                if ended:
+                    return
+        finally:
+            with self._lock:
+                self.watching -= 1
+                self._lock.notify_all()
 
     def cancel_workload(self, request: pb.CancelWorkloadRequest, caller: Caller) -> pb.Workload:
-        self._record("cancel_workload", caller)
-        found = self._find(request.id, caller)
-        found.state = pb.CANCELLED
-        return found
+        self._record("cancel_workload", request, caller)
+        workload = self._find(request.id, caller)
+        with self._lock:
+            if workload.state == pb.CANCELLED:
+                raise ServiceError(ErrorCode.FAILED_PRECONDITION, f"{request.id} is already cancelled")
+            workload.state = pb.CANCELLED
+        return workload
 
     def explain(self, request: pb.ExplainRequest, caller: Caller) -> pb.Explanation:
-        self._record("explain", caller)
+        self._record("explain", request, caller)
         found = self._find(request.id, caller)
         return pb.Explanation(
             id=found.id,
@@ -191,11 +279,11 @@ class FakeService:
         )
 
     def list_queues(self, request: pb.ListQueuesRequest, caller: Caller) -> pb.ListQueuesResponse:
-        self._record("list_queues", caller)
+        self._record("list_queues", request, caller)
         return pb.ListQueuesResponse(queues=QUEUES)
 
     def what_if(self, request: pb.WhatIfRequest, caller: Caller) -> pb.WhatIfResponse:
-        self._record("what_if", caller)
+        self._record("what_if", request, caller)
         binds = [
             pb.Bind(workload=f"{w.namespace}/{w.name or 'x'}", pod=f"{w.name}-0", node="node-9")
             for w in request.workloads
@@ -206,90 +294,20 @@ class FakeService:
             )
             for node in request.remove_nodes
         ]
-        return pb.WhatIfResponse(binds=binds, evictions=evictions, workloads=list(self.workloads.values()))
+        with self._lock:
+            workloads = list(self.workloads.values())
+        return pb.WhatIfResponse(binds=binds, evictions=evictions, workloads=workloads)
 
     def get_cluster(self, request: pb.GetClusterRequest, caller: Caller) -> pb.Cluster:
-        self._record("get_cluster", caller)
+        self._record("get_cluster", request, caller)
         return pb.Cluster(
             node_pools=[pb.NodePool(name="", nodes=4, gpus=32, gpus_allocated=10, gpus_free=22)]
         )
 
 
-class FakeServicer(pb_grpc.SchedulerServicer):
-    """gRPC over `FakeService`: tokens map to callers; metadata of every call is kept in `seen`.
-
-    `GetCluster` blocks until `release` is set, for deadline tests."""
-
-    def __init__(self, service: FakeService, tokens: dict[str, Caller] | None = None) -> None:
-        self.service = service
-        self.tokens = tokens
-        self.seen: list[dict[str, str]] = []
-        self.release = threading.Event()
-
-    def _caller(self, context: Any) -> Caller:
-        metadata = {key: value for key, value in context.invocation_metadata()}
-        self.seen.append(metadata)
-        if self.tokens is None:
-            return Caller()
-        header = metadata.get("authorization", "")
-        caller = self.tokens.get(header.removeprefix("Bearer ")) if header.startswith("Bearer ") else None
-        if caller is None:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "no or unknown token")
-        return caller
-
-    def _call(self, method: str, request: Any, context: Any) -> Any:
-        caller = self._caller(context)
-        try:
-            return getattr(self.service, method)(request, caller)
-        except ServiceError as exc:
-            _abort(context, exc)
-
-    def SubmitWorkload(self, request: Any, context: Any) -> Any:
-        return self._call("submit_workload", request, context)
-
-    def GetWorkload(self, request: Any, context: Any) -> Any:
-        return self._call("get_workload", request, context)
-
-    def ListWorkloads(self, request: Any, context: Any) -> Any:
-        return self._call("list_workloads", request, context)
-
-    def CancelWorkload(self, request: Any, context: Any) -> Any:
-        return self._call("cancel_workload", request, context)
-
-    def Explain(self, request: Any, context: Any) -> Any:
-        return self._call("explain", request, context)
-
-    def ListQueues(self, request: Any, context: Any) -> Any:
-        return self._call("list_queues", request, context)
-
-    def WhatIf(self, request: Any, context: Any) -> Any:
-        return self._call("what_if", request, context)
-
-    def GetCluster(self, request: Any, context: Any) -> Any:
-        self._caller(context)
-        self.release.wait(30)
-        return self.service.get_cluster(request, Caller())
-
-    def WatchWorkloads(self, request: Any, context: Any) -> Iterator[pb.WorkloadEvent]:
-        caller = self._caller(context)
-        stop = threading.Event()
-        context.add_callback(stop.set)
-        try:
-            yield from self.service.watch_workloads(request, caller, stop)
-        except ServiceError as exc:
-            _abort(context, exc)
-
-
-def _abort(context: Any, exc: ServiceError) -> None:
-    if exc.field:
-        context.set_trailing_metadata((("kai-ray-field", exc.field),))
-    context.abort(getattr(grpc.StatusCode, exc.code.value), exc.message)
-
-
-@dataclass
+@dataclass(frozen=True)
 class FakeServer:
     address: str
-    servicer: FakeServicer
     service: FakeService
 
 
@@ -297,16 +315,13 @@ class FakeServer:
 def serve_fake(
     service: FakeService | None = None, tokens: dict[str, Caller] | None = None
 ) -> Iterator[FakeServer]:
-    """A real gRPC server on a free 127.0.0.1 port, stopped (and GetCluster released) on exit."""
+    """``service`` (a new one by default) behind kai-ray's gRPC server on a free 127.0.0.1 port,
+    with these bearer tokens if given; held calls are let go on exit."""
     service = service or FakeService()
-    servicer = FakeServicer(service, tokens)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    pb_grpc.add_SchedulerServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield FakeServer(f"127.0.0.1:{port}", servicer, service)
-    finally:
-        servicer.release.set()
-        service.events.put(None)
-        server.stop(grace=None)
+    table = TokenTable(list(tokens.items())) if tokens is not None else None
+    with start_grpc_server(service, "127.0.0.1:0", tokens=table) as server:
+        try:
+            yield FakeServer(f"127.0.0.1:{server.port}", service)
+        finally:
+            for held in service.hold.values():
+                held.set()

@@ -38,6 +38,19 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, step: float
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def stop_process(proc: subprocess.Popen[bytes]) -> int:
+    """SIGTERM ``proc`` (unless it has ended) and return its exit status; if it is still running
+    30 s later, SIGKILL it and fail."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+        raise
+
+
 def log_entries(path: Path) -> list[dict[str, Any]]:
     """Every JSON log line of a kai-ray process so far; anything else on stderr (a traceback) is
     returned as `raw`, so a test that looks for trouble sees it."""

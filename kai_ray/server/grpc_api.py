@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -42,6 +42,7 @@ from grpc_reflection.v1alpha import reflection
 from kai_ray.server.grpc_auth import TlsConfig, TokenAuthInterceptor, TokenTable, current_caller
 from kai_ray.service.caller import Caller
 from kai_ray.service.errors import ServiceError
+from kai_ray.service.protocol import SchedulerServiceLike
 from kai_ray.v1 import scheduler_pb2 as pb
 from kai_ray.v1 import scheduler_pb2_grpc as pb_grpc
 
@@ -80,40 +81,6 @@ _INTERNAL_MESSAGE = "internal error in the kai-ray server (details are in its lo
 
 class GrpcStartError(RuntimeError):
     """The gRPC server could not start (the address is taken or invalid, TLS files unusable)."""
-
-
-class SchedulerServiceLike(Protocol):
-    """What the servicer needs of the service layer (`kai_ray.service.api.SchedulerService`).
-
-    Each method gets the request message and the authenticated `Caller`, returns the response
-    message and raises `ServiceError` to refuse.  ``watch_workloads`` yields events until
-    ``stop`` is set (then it must return promptly): the transport sets it when the client goes
-    away or the server stops.
-    """
-
-    def submit_workload(
-        self, request: pb.SubmitWorkloadRequest, caller: Caller
-    ) -> pb.SubmitWorkloadResponse: ...
-
-    def get_workload(self, request: pb.GetWorkloadRequest, caller: Caller) -> pb.Workload: ...
-
-    def list_workloads(
-        self, request: pb.ListWorkloadsRequest, caller: Caller
-    ) -> pb.ListWorkloadsResponse: ...
-
-    def watch_workloads(
-        self, request: pb.WatchWorkloadsRequest, caller: Caller, stop: threading.Event
-    ) -> Iterator[pb.WorkloadEvent]: ...
-
-    def cancel_workload(self, request: pb.CancelWorkloadRequest, caller: Caller) -> pb.Workload: ...
-
-    def explain(self, request: pb.ExplainRequest, caller: Caller) -> pb.Explanation: ...
-
-    def list_queues(self, request: pb.ListQueuesRequest, caller: Caller) -> pb.ListQueuesResponse: ...
-
-    def what_if(self, request: pb.WhatIfRequest, caller: Caller) -> pb.WhatIfResponse: ...
-
-    def get_cluster(self, request: pb.GetClusterRequest, caller: Caller) -> pb.Cluster: ...
 
 
 class WatchStreams:

@@ -1,5 +1,5 @@
 """The API's commands (`submit`, `status`, `watch`, `explain`, `queues`, `what-if`) against a fake
-server over a real socket (fake_scheduler), and offline on examples/quickstart through the real
+service behind the gRPC server (fake_scheduler), and offline on examples/quickstart through the real
 service: tables, parseable JSON, one-line errors naming the field, exit 2 for bad input, 1 otherwise."""
 
 from __future__ import annotations
@@ -77,9 +77,9 @@ def test_a_refused_submit_is_one_line_naming_the_field_with_exit_2(
     code, out, err = run("submit", str(spec_file(tmp_path, replicas=0)), "--server", server.address)
     assert code == 2
     assert out == ""
-    assert err.strip().splitlines() == [
-        "error: INVALID_ARGUMENT: workload.pod_sets[0].replicas: must be >= 1, got 0"
-    ]
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: INVALID_ARGUMENT: workload.pod_sets[0].replicas: ")
+    assert line.endswith("must be >= 1, got 0")
 
 
 @pytest.mark.unit
@@ -129,7 +129,7 @@ def test_status_of_one_workload_shows_its_pods(server: FakeServer) -> None:
 def test_an_unknown_workload_is_exit_1_and_a_malformed_id_exit_2(server: FakeServer) -> None:
     code, _, err = run("status", "team-a/nope", "--server", server.address)
     assert code == 1
-    assert err.strip() == "error: NOT_FOUND: id: no workload team-a/nope"
+    assert err.startswith("error: NOT_FOUND: id: ") and err.strip().endswith(": no workload team-a/nope")
     code, _, err = run("explain", "just-a-name", "--server", server.address)
     assert code == 2
     assert "id: expected NAMESPACE/NAME" in err
@@ -177,13 +177,12 @@ def test_what_if_sends_the_workloads_and_removed_nodes(server: FakeServer, tmp_p
 
 @pytest.mark.grpc
 def test_watch_prints_events_until_the_stream_ends(server: FakeServer) -> None:
-    server.service.events.put(None)  # end the stream after the initial ADDED events
+    server.service.end_watches()  # each stream ends after its initial ADDED events
     code, out, err = run("watch", "--server", server.address, "--output", "json")
     assert code == 0
     events = [json.loads(line) for line in out.splitlines()]
     assert [e["type"] for e in events] == ["ADDED"] * 3
     assert events[-1]["resume_token"] == "t2"
-    server.service.events.put(None)
     code, out, err = run("watch", "--server", server.address, "--namespace", "team-b")
     assert code == 0
     assert "ADDED" in out
@@ -192,7 +191,7 @@ def test_watch_prints_events_until_the_stream_ends(server: FakeServer) -> None:
 
 @pytest.mark.grpc
 def test_watch_resuming_from_a_lost_token_is_bad_input(server: FakeServer) -> None:
-    code, _, err = run("watch", "--server", server.address, "--resume", "gone")
+    code, _, err = run("watch", "--server", server.address, "--resume", "stale")
     assert code == 2
     assert err.startswith("error: OUT_OF_RANGE: resume_token: ")
 
@@ -203,7 +202,7 @@ def test_the_token_comes_from_the_environment_and_is_never_printed(tmp_path: Pat
     with serve_fake(tokens=tokens) as server:
         code, out, err = run("queues", "--server", server.address, env={"KAI_RAY_TOKEN": "t0ps3cret"})
         assert code == 0
-        assert server.servicer.seen[-1]["authorization"] == "Bearer t0ps3cret"
+        assert server.service.calls[-1].caller == Caller(None, "ci")
         code, out, err = run("queues", "--server", server.address, "--token", "wrong")
         assert code == 1
         assert err.startswith("error: UNAUTHENTICATED")

@@ -3,7 +3,6 @@ server's audit log says they were refused: shared by the install and the migrati
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from chart_support import NAMESPACE, one
-from kube_serve import log_entries, wait_until
+from kube_serve import log_entries, stop_process, wait_until
 
 from kai_ray.devcluster import DevCluster, read_audit_events
 
@@ -85,14 +84,7 @@ class Component:
         return found[0]
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-            raise
+        return stop_process(self.proc)
 
 
 def ready(url: str) -> bool:

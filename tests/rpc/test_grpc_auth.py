@@ -8,9 +8,10 @@ from pathlib import Path
 
 import grpc
 import pytest
+from fake_scheduler import FakeService
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from grpc_support import FakeService, Pki, make_pki
+from grpc_support import Pki, make_pki
 
 from kai_ray.server.grpc_api import SCHEDULER_SERVICE, RunningServer, start_grpc_server
 from kai_ray.server.grpc_auth import AuthConfigError, TlsConfig, TokenTable, load_token_file
@@ -96,11 +97,6 @@ def test_an_unusable_token_file_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def service() -> FakeService:
-    return FakeService()
-
-
-@pytest.fixture
 def tokens() -> TokenTable:
     return TokenTable.parse(TOKEN_FILE, source="tokens")
 
@@ -109,12 +105,6 @@ def tokens() -> TokenTable:
 def server(service: FakeService, tokens: TokenTable) -> Iterator[RunningServer]:
     with start_grpc_server(service, "127.0.0.1:0", tokens=tokens) as running:
         yield running
-
-
-@pytest.fixture
-def channel(server: RunningServer) -> Iterator[grpc.Channel]:
-    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as opened:
-        yield opened
 
 
 def test_calls_without_a_known_token_are_unauthenticated_and_never_reach_the_service(

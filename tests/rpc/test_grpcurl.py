@@ -16,7 +16,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from grpc_support import FakeService, Pki, make_pki
+from fake_scheduler import FakeService
+from grpc_support import Pki, make_pki
 
 from kai_ray.devcluster.grpcurl import build_grpcurl
 from kai_ray.server.grpc_api import RunningServer, start_grpc_server
@@ -44,17 +45,6 @@ def grpcurl(binary: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def ok(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, f"grpcurl exited {result.returncode}: {result.stderr}"
     return result.stdout
-
-
-@pytest.fixture
-def service() -> FakeService:
-    return FakeService()
-
-
-@pytest.fixture
-def server(service: FakeService) -> Iterator[RunningServer]:
-    with start_grpc_server(service, "127.0.0.1:0") as running:
-        yield running
 
 
 def test_grpcurl_lists_and_describes_the_services_by_reflection(
@@ -90,8 +80,14 @@ def test_grpcurl_calls_list_queues(grpcurl_bin: Path, server: RunningServer, ser
     answer = json.loads(
         ok(grpcurl(grpcurl_bin, "-plaintext", f"127.0.0.1:{server.port}", "kai_ray.v1.Scheduler/ListQueues"))
     )
-    assert [q["name"] for q in answer["queues"]] == ["default", "team-a", "team-b"]
-    assert answer["queues"][1]["resources"]["nvidia.com/gpu"] == {"quota": 8, "limit": -1}
+    assert [q["name"] for q in answer["queues"]] == ["research", "team-a", "team-b"]
+    assert answer["queues"][1]["resources"]["nvidia.com/gpu"] == {
+        "quota": 8,
+        "limit": 12,
+        "fair_share": 9,
+        "allocated": 6,
+        "requested": 8,
+    }
     assert service.methods_called() == ["list_queues"]
 
 

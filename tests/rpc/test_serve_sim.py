@@ -9,7 +9,6 @@ mistake exits 2 with one line naming the flag.
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from kube_serve import log_entries, wait_until
+from kube_serve import log_entries, stop_process, wait_until
 
 from kai_ray.client import KaiRayClient
 from kai_ray.service.errors import ErrorCode, ServiceError
@@ -55,14 +54,7 @@ class SimServer:
         return found[0]
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-            raise
+        return stop_process(self.proc)
 
 
 @pytest.fixture
