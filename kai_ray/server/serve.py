@@ -8,6 +8,7 @@ refusing a permission); no traceback reaches the terminal for those.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -172,6 +173,7 @@ def check_cluster(
 def serve_forever(options: ServeOptions, executor: Executor | None) -> int:
     """Schedule until SIGTERM/SIGINT (exit 0) or lost leadership (exit 1); start-up problems exit early."""
     configure_logging()
+    dump_stacks_on_sigusr1()
     try:
         return _serve(options, executor)
     except ServeError as error:
@@ -222,6 +224,18 @@ def open_endpoints(registry: CollectorRegistry, health: Health, address: str) ->
         raise ServeError(f"--metrics-address {address}: {error}", EXIT_INPUT) from None
     log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz)", host, port)
     return endpoints
+
+
+def dump_stacks_on_sigusr1() -> None:
+    """`kill -USR1 <pid>` writes every thread's stack to stderr; the process goes on.
+
+    A scheduler that stops cycling without a word is the one failure its logs cannot
+    explain; this lets an operator see where each thread waits, without a debugger.
+    """
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (AttributeError, ValueError, OSError) as error:  # stderr is no file (embedded, captured)
+        log.debug("no stack dumps on SIGUSR1: %s", error)
 
 
 def stop_on_signals() -> threading.Event:
