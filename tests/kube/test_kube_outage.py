@@ -107,10 +107,12 @@ def stacks_of(serve: Serve) -> str:
         return f"serve exited {serve.proc.returncode}\n{serve.tail()}"
     before = len(serve.entries())
     serve.proc.send_signal(signal.SIGUSR1)
+    # The main thread is the oldest, so it comes last, and its bottom frame is the script's
+    # `<module>`: seeing that line means the whole dump is in the log.
     wait_until(
-        lambda: any("most recent call first" in str(e.get("raw", "")) for e in serve.entries()[before:]),
+        lambda: any("in <module>" in str(e.get("raw", "")) for e in serve.entries()[before:]),
         10,
-        "a stack dump",
+        "a whole stack dump",
     )
     return "\n".join(str(e.get("raw", e.get("message", ""))) for e in serve.entries()[-200:])
 
