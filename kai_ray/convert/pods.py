@@ -26,6 +26,7 @@ from kai_ray.api.constants import (
 from kai_ray.api.core import Container, PodSpec
 from kai_ray.api.quantity import QuantityError
 from kai_ray.convert.common import Invalid, annotation_field, created, epoch, label_field
+from kai_ray.identity_cache import IdentityCache
 from kai_ray.model.objects import AffinityRequirement, TaskSpec, TaskStatus, Toleration
 
 STUCK_IN_RELEASING_SECONDS = 120.0
@@ -137,7 +138,16 @@ def gpu_groups(pod: Pod, context: PodContext, devices: int) -> tuple[str, ...]:
 
 
 def pod_requests(spec: PodSpec) -> Resources:
-    """Σ containers + Σ native sidecars, at least each init container's peak, plus overhead."""
+    """Σ containers + Σ native sidecars, at least each init container's peak, plus overhead.
+
+    Remembered per spec object (`IdentityCache`): every cycle converts every pod again, and the
+    replicas a submit or a workload controller makes often share one spec.  A copy is returned,
+    so a caller changing it cannot change what the next caller gets.
+    """
+    return dict(_pod_requests(spec))
+
+
+def _compute_pod_requests(spec: PodSpec) -> Resources:
     running = _sum(_container_requests(c) for c in spec.containers)
     sidecars: Resources = {}
     init_peak: Resources = {}
@@ -148,6 +158,9 @@ def pod_requests(spec: PodSpec) -> Resources:
             init_peak = _max(init_peak, _sum([sidecars, _container_requests(init)]))
     overhead = {name: parse_quantity(value) for name, value in spec.overhead.items()}
     return _sum([_max(_sum([running, sidecars]), init_peak), overhead])
+
+
+_pod_requests: IdentityCache[PodSpec, Resources] = IdentityCache(_compute_pod_requests)
 
 
 def _container_requests(container: Container) -> Resources:

@@ -55,6 +55,7 @@ class Session:
         self.committed: list[Operation] = []
         self._charges: dict[int, np.ndarray] = {}
         self._queue_keys: dict[tuple[str, int, bytes], OrderKey] = {}
+        self._task_keys: dict[int, OrderKey] = {}
         self.simulating = False
         self._in_session = False
         memories = [m for m in snapshot.nodes.gpu_memory if m > DEFAULT_GPU_MEMORY_MIB]
@@ -185,12 +186,19 @@ class Session:
         return (*key, job.spec.created, job.spec.key)
 
     def task_order_key(self, task: Task) -> OrderKey:
+        """Remembered per task: it reads only the task's spec (`Plugin.task_order_key`), and gang
+        collection sorts the same pending tasks many times per action."""
+        cached = self._task_keys.get(task.uid)
+        if cached is not None:
+            return cached
         key: list[float | str] = []
         for plugin in self.plugins:
             part = plugin.task_order_key(task)
             if part is not None:
                 key.extend(part)
-        return (*key, task.spec.created, task.name)
+        order = (*key, task.spec.created, task.name)
+        self._task_keys[task.uid] = order
+        return order
 
     def sorted_tasks(self, tasks: Iterable[Task]) -> list[Task]:
         return sorted(tasks, key=self.task_order_key)
@@ -240,6 +248,41 @@ class Session:
     @functools.cached_property
     def predicates_enabled(self) -> bool:
         return self.has_plugin("predicates")
+
+    @functools.cached_property
+    def _preemptible_positions(self) -> dict[str, dict[int, list[int]]]:
+        """Queue → priority → positions in `jobs` of its preemptible jobs.  Jobs never change
+        queue, priority or preemptibility within a session, so this is built once."""
+        by_queue: dict[str, dict[int, list[int]]] = {}
+        for position, job in enumerate(self.jobs):
+            if job.spec.preemptible:
+                by_queue.setdefault(job.queue, {}).setdefault(job.spec.priority, []).append(position)
+        return by_queue
+
+    def preemptible_jobs(
+        self, *, in_queue: str | None = None, below_priority: int | None = None
+    ) -> list[Job]:
+        """Preemptible jobs, in session order, optionally only one queue's and only those of a
+        priority strictly below `below_priority`.
+
+        Why: a victim search used to test every job of the cluster for every pending job, which
+        is pending × jobs calls; the victim rules of every action start with "preemptible" (and
+        preempt's with "same queue, lower priority"), so the search can start from this smaller
+        set and decide exactly as before.
+        """
+        queues = (
+            [self._preemptible_positions.get(in_queue, {})]
+            if in_queue is not None
+            else list(self._preemptible_positions.values())
+        )
+        positions = [
+            position
+            for by_priority in queues
+            for priority, members in by_priority.items()
+            if below_priority is None or priority < below_priority
+            for position in members
+        ]
+        return [self.jobs[position] for position in sorted(positions)]
 
     def note_reason(self, job: Job, reason: PendingReason) -> None:
         """The first reason each action had for not placing a job; what-if simulations keep quiet."""

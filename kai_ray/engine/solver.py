@@ -50,6 +50,10 @@ class Outcome:
 class VictimPolicy(Protocol):
     """What makes one action different from the others."""
 
+    def candidate_pool(self, preemptor: Job) -> list[Job]:
+        """Every job `is_candidate` could accept, in session order (it may hold more)."""
+        ...
+
     def is_candidate(self, preemptor: Job, victim: Job) -> bool: ...
 
     def accepts(self, outcome: Outcome) -> bool: ...
@@ -100,7 +104,8 @@ Generator = Callable[[Session, Accumulation, list[Task], list[float]], Iterator[
 
 
 def solve(session: Session, preemptor: Job, policy: VictimPolicy, budget: SearchBudget) -> Statement | None:
-    candidates = [j for j in session.jobs if j is not preemptor and policy.is_candidate(preemptor, j)]
+    pool = policy.candidate_pool(preemptor)
+    candidates = [j for j in pool if j is not preemptor and policy.is_candidate(preemptor, j)]
     if not candidates:
         return None
     wanted = (_gpus_wanted(t) for t in tasks_to_allocate(session, preemptor))

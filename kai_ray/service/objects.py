@@ -8,11 +8,9 @@ consistent while the cluster moves on.
 from __future__ import annotations
 
 import threading
-import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Generic, TypeVar
 
 from kai_ray.api import ApiObject, Manifest, ManifestSet, Node, Pod, PriorityClass, Queue
 from kai_ray.api.constants import (
@@ -32,6 +30,7 @@ from kai_ray.convert.common import Invalid
 from kai_ray.convert.nodes import gpu_memory_mib
 from kai_ray.convert.pods import gpu_request, pod_requests
 from kai_ray.engine.plan import Plan
+from kai_ray.identity_cache import IdentityCache
 from kai_ray.service.backend import BackendView, NamespacedName
 
 __all__ = [
@@ -191,47 +190,6 @@ class PodAmounts:
         if self.gpu_memory_mib and node_gpu_memory_mib > 0:
             gpus = min(1.0, self.gpu_memory_mib / node_gpu_memory_mib)
         return {RESOURCE_CPU: self.cpu, RESOURCE_MEMORY: self.memory, GPU: gpus}
-
-
-_Obj = TypeVar("_Obj")
-_Value = TypeVar("_Value")
-
-
-class IdentityCache(Generic[_Obj, _Value]):
-    """A pure function of an object, remembered for as long as that very object lives.
-
-    Why it is sound: objects are never mutated (a changed pod is a new model), so a result
-    computed from an object stays true for it.  Why it pays: every cycle re-derives every
-    workload, and each derivation reads each pod's requests and each node's GPU memory; parsing
-    those quantities again and again dominated the service's time at 500 nodes.  Entries are
-    keyed by identity (models are not hashable) and dropped by a weak reference when the object
-    dies, so an id reused by a newer object never sees a stale entry.  Exceptions are not
-    remembered: the call raises again next time.  Safe across threads (single dict operations).
-    """
-
-    def __init__(self, compute: Callable[[_Obj], _Value]) -> None:
-        self._compute = compute
-        self._entries: dict[int, tuple[weakref.ref[_Obj], _Value]] = {}
-
-    def __call__(self, obj: _Obj) -> _Value:
-        key = id(obj)
-        entry = self._entries.get(key)
-        if entry is not None and entry[0]() is obj:
-            return entry[1]
-        value = self._compute(obj)
-        self._entries[key] = (weakref.ref(obj, self._forget(key)), value)
-        return value
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def _forget(self, key: int) -> Callable[[weakref.ref[_Obj]], None]:
-        def forget(ref: weakref.ref[_Obj]) -> None:
-            entry = self._entries.get(key)
-            if entry is not None and entry[0] is ref:
-                self._entries.pop(key, None)
-
-        return forget
 
 
 def pod_amounts(pod: Pod) -> PodAmounts:

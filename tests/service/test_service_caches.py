@@ -9,10 +9,11 @@ import pytest
 from service_builders import cluster, gpu_job
 
 from kai_ray.api import Node
+from kai_ray.identity_cache import IdentityCache
 from kai_ray.service import explain as explain_module
 from kai_ray.service.api import SchedulerService
 from kai_ray.service.caller import ANYONE
-from kai_ray.service.objects import IdentityCache, min_node_gpu_memory, node_gpu_memory
+from kai_ray.service.objects import min_node_gpu_memory, node_gpu_memory
 from kai_ray.service.sim_backend import SimBackend
 from kai_ray.v1 import scheduler_pb2 as pb
 

@@ -22,6 +22,9 @@ class ConsolidationPolicy:
         self.limit = session.config.max_consolidation_preemptees
         self.accepted = 0
 
+    def candidate_pool(self, preemptor: Job) -> list[Job]:
+        return self.session.preemptible_jobs()
+
     def is_candidate(self, preemptor: Job, victim: Job) -> bool:
         if not (victim.spec.preemptible and victim.has_status(ACTIVE_ALLOCATED)):
             return False

@@ -18,6 +18,9 @@ class PreemptPolicy:
         self.min_runtime = MinRuntime(session)
         self.preemptor = preemptor
 
+    def candidate_pool(self, preemptor: Job) -> list[Job]:
+        return self.session.preemptible_jobs(in_queue=preemptor.queue, below_priority=preemptor.spec.priority)
+
     def is_candidate(self, preemptor: Job, victim: Job) -> bool:
         return (
             victim.spec.preemptible

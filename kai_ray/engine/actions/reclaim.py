@@ -62,6 +62,9 @@ class ReclaimPolicy:
         row = self._row(queue)
         return _within(self.allocated[row] + self.request, self.book.deserved[row])
 
+    def candidate_pool(self, preemptor: Job) -> list[Job]:
+        return self.session.preemptible_jobs()
+
     def is_candidate(self, reclaimer: Job, victim: Job) -> bool:
         if (
             victim.queue == reclaimer.queue

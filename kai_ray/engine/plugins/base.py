@@ -43,6 +43,7 @@ class Plugin:
         return None
 
     def task_order_key(self, task: Task) -> OrderKey | None:
+        """Must read only `task.spec`: the session remembers each task's key for the cycle."""
         return None
 
     def subgroup_order_key(self, member: SubGroupSet | PodSet) -> OrderKey | None:
