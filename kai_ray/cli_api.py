@@ -1,10 +1,10 @@
 """The API's commands: `kai-ray submit`, `status`, `watch`, `explain`, `queues`, `what-if`.
 
-Each talks to one `SchedulerClient`: a server (`--server HOST:PORT`, with `--token` and
-`--tls-ca`), or, offline, the embedded simulated cluster built in this process from a manifest
-directory (`--manifests DIR`, one scheduling cycle run first) behind a `LocalClient`.  Both go
-through the same rendering code, so what a command prints offline is what it prints against a
-server holding the same cluster.
+Each talks to one `SchedulerClient`: a server (`--server HOST:PORT`, with `--token`, `--tls-ca`
+and, for mutual TLS, `--tls-cert`/`--tls-key`), or, offline, the embedded simulated cluster built
+in this process from a manifest directory (`--manifests DIR`, one scheduling cycle run first)
+behind a `LocalClient`.  Both go through the same rendering code, so what a command prints
+offline is what it prints against a server holding the same cluster.
 
 Failures are one line on stderr naming the request field at fault; the exit status is 2 for bad
 input (the command line, a file, or a request the server calls INVALID_ARGUMENT / OUT_OF_RANGE)
@@ -33,10 +33,12 @@ from rich.text import Text
 
 from kai_ray.cli_help import KaiRayTyper
 from kai_ray.client import (
+    DEFAULT_RECONNECT_TIMEOUT,
     DEFAULT_TIMEOUT,
     KaiRayClient,
     LocalClient,
     SchedulerClient,
+    WorkloadFollower,
     is_manifest_document,
     load_documents,
     manifests_request,
@@ -113,6 +115,25 @@ TlsCaOption = Annotated[
         metavar="PEM",
     ),
 ]
+TlsCertOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-cert",
+        help="PEM file of this client's certificate, for a server that requires one "
+        "(serve --tls-client-ca); with --tls-key. Switches to TLS.",
+        show_default=False,
+        metavar="PEM",
+    ),
+]
+TlsKeyOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-key",
+        help="PEM file of the private key of --tls-cert.",
+        show_default=False,
+        metavar="PEM",
+    ),
+]
 ManifestsOption = Annotated[
     Path | None,
     typer.Option(
@@ -137,6 +158,8 @@ class Connection:
     server: str | None
     token: str | None
     tls_ca: Path | None
+    tls_cert: Path | None
+    tls_key: Path | None
     manifests: Path | None
     timeout: float
 
@@ -147,6 +170,8 @@ _CONNECTION_OPTIONS = [
         ("server", ServerOption, None),
         ("token", TokenOption, None),
         ("tls_ca", TlsCaOption, None),
+        ("tls_cert", TlsCertOption, None),
+        ("tls_key", TlsKeyOption, None),
         ("manifests", ManifestsOption, None),
         ("timeout", TimeoutOption, DEFAULT_TIMEOUT),
     )
@@ -156,9 +181,9 @@ _CONNECTION_OPTIONS = [
 
 def _command(name: str | None = None) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register an API command: ``function``'s parameters but its first, ``connection``, then the
-    connection options (--server, --token, --tls-ca, --manifests, --timeout), which reach it as
-    that `Connection`.  A `ServiceError` it raises, before calling or from the call, is reported
-    as one line (exit 2 for bad input, else 1)."""
+    connection options (--server, --token, --tls-ca, --tls-cert, --tls-key, --manifests, --timeout),
+    which reach it as that `Connection`.  A `ServiceError` it raises, before calling or from the
+    call, is reported as one line (exit 2 for bad input, else 1)."""
 
     def register(function: Callable[..., None]) -> Callable[..., None]:
         own = list(inspect.signature(function, eval_str=True).parameters.values())
@@ -255,10 +280,22 @@ def _connect(connection: Connection) -> Iterator[SchedulerClient]:
     if connection.manifests is not None:
         client = _offline(connection.manifests)
     elif connection.server is not None:
-        if connection.tls_ca is not None and not connection.tls_ca.is_file():
-            _fail(f"--tls-ca: {connection.tls_ca}: no such file")
+        for flag, path in (
+            ("--tls-ca", connection.tls_ca),
+            ("--tls-cert", connection.tls_cert),
+            ("--tls-key", connection.tls_key),
+        ):
+            if path is not None and not path.is_file():
+                _fail(f"{flag}: {path}: no such file")
+        if (connection.tls_cert is None) != (connection.tls_key is None):
+            _fail("--tls-cert and --tls-key go together: the client's certificate and its key")
         client = KaiRayClient(
-            connection.server, token=connection.token, tls_ca=connection.tls_ca, timeout=connection.timeout
+            connection.server,
+            token=connection.token,
+            tls_ca=connection.tls_ca,
+            timeout=connection.timeout,
+            tls_cert=connection.tls_cert,
+            tls_key=connection.tls_key,
         )
     else:
         _fail(f"give --server HOST:PORT (or ${SERVER_ENV}), or --manifests DIR to work offline")
@@ -442,17 +479,22 @@ def _explanation(e: pb.Explanation) -> Group:
 def _what_if_view(response: pb.WhatIfResponse) -> Group:
     parts: list[Text | Table] = [
         Text(
-            f"what if: {len(response.binds)} pod(s) would be bound, {len(response.evictions)} evicted; "
-            "nothing was applied"
+            f"what if: {len(response.binds)} pod(s) would be bound, {len(response.evictions)} evicted, "
+            f"{len(response.pipelined)} pipelined; nothing was applied"
         )
     ]
-    if response.binds:
-        binds = Table(title="Would bind", title_justify="left")
-        for column in ("workload", "pod", "node"):
-            binds.add_column(column, overflow="fold")
-        for b in response.binds:
-            binds.add_row(b.workload, b.pod, b.node)
-        parts.append(binds)
+    placements = (
+        ("Would bind", response.binds),
+        ("Would pipeline (bound once evicted pods are gone)", response.pipelined),
+    )
+    for title, rows in placements:
+        if rows:
+            table = Table(title=title, title_justify="left")
+            for column in ("workload", "pod", "node"):
+                table.add_column(column, overflow="fold")
+            for row in rows:
+                table.add_row(row.workload, row.pod, row.node)
+            parts.append(table)
     if response.evictions:
         evictions = Table(title="Would evict", title_justify="left")
         for column in ("workload", "pod", "node", "cause", "for"):
@@ -651,28 +693,39 @@ def watch(
     output: Annotated[
         Output, typer.Option("--output", help="table (one line per event) or json (one object per line).")
     ] = Output.TABLE,
+    reconnect_timeout: Annotated[
+        float,
+        typer.Option(
+            "--reconnect-timeout",
+            min=0,
+            help="How long to keep reconnecting when the server goes away (a restart); the watch "
+            "then goes on, printing what changed meanwhile. 0: end when the server does.",
+            metavar="SECONDS",
+        ),
+    ] = DEFAULT_RECONNECT_TIMEOUT,
 ) -> None:
     """Print every change of state of the matching workloads as it happens, until Ctrl-C.
 
-    Without --resume it starts with one ADDED event per existing workload."""
+    Without --resume it starts with one ADDED event per existing workload.  A server restart does
+    not end it: it reconnects and prints the DELETED, MODIFIED and ADDED events it missed."""
     request = pb.WatchWorkloadsRequest(
         namespace=namespace or "", queue=queue or "", resume_token=resume or ""
     )
-    last_token = ""
     stop = threading.Event()
     console = terminal_console()
+    follower: WorkloadFollower | None = None
     try:
         with _connect(connection) as client:
-            for event in client.watch_workloads(request, stop):
-                last_token = event.resume_token or last_token
+            follower = client.follow_workloads(request, stop, reconnect_timeout=reconnect_timeout)
+            for event in follower:
                 if output == Output.JSON:
                     typer.echo(json.dumps(_as_dict(event), sort_keys=True))
                 else:
                     console.print(_event_line(event), soft_wrap=True)
     except KeyboardInterrupt:
         stop.set()
-    if last_token and output == Output.TABLE:
-        typer.echo(f"resume with: --resume {last_token}", err=True)
+    if follower is not None and follower.resume_token and output == Output.TABLE:
+        typer.echo(f"resume with: --resume {follower.resume_token}", err=True)
 
 
 @_command()

@@ -294,9 +294,12 @@ class FakeService:
             )
             for node in request.remove_nodes
         ]
+        pipelined = [
+            pb.Bind(workload="x", pod="x-0", node=node) for node in request.remove_nodes
+        ]  # the workload the evictions make room for
         with self._lock:
             workloads = list(self.workloads.values())
-        return pb.WhatIfResponse(binds=binds, evictions=evictions, workloads=workloads)
+        return pb.WhatIfResponse(binds=binds, evictions=evictions, pipelined=pipelined, workloads=workloads)
 
     def get_cluster(self, request: pb.GetClusterRequest, caller: Caller) -> pb.Cluster:
         self._record("get_cluster", request, caller)

@@ -95,10 +95,12 @@ class SchedulerService:
             initial: list[pb.WorkloadEvent] = []
         else:
             current, seq = self.workloads.snapshot(matches)
-            token = self.events.token(seq)
-            initial = [
-                pb.WorkloadEvent(type=pb.WorkloadEvent.ADDED, workload=w, resume_token=token) for w in current
-            ]
+            # Only the last opening event carries the snapshot's token: resuming from it skips
+            # the whole listing, so a stream cut halfway through the listing must not leave the
+            # client a token that skips the rest of it.
+            initial = [pb.WorkloadEvent(type=pb.WorkloadEvent.ADDED, workload=w) for w in current]
+            if initial:
+                initial[-1].resume_token = self.events.token(seq)
         return self._stream(initial, seq, matches, stop)
 
     def _stream(

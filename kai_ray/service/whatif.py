@@ -4,6 +4,11 @@ The copy is built from the backend's view (objects are never mutated, so a shall
 true copy); hypothetical workloads go through the same validation and object building as a
 submit; the plan is applied to the copy only, to report each workload's state after the cycle.
 Removing a node makes the pods on it pending again, as its controller would recreate them.
+
+Pipelined pods (placed on resources that pods being evicted or released still hold) are reported
+apart from binds: they bind in a later cycle, not this one, and stay pending on the copy as they
+would on the cluster.  A workload they leave PENDING says so in its reason, "Pipelined", since the
+pending reasons of the plan cover only pods the cycle could not place.
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ def what_if(
     for eviction in plan.evictions:
         if caller.may_use(_namespace(eviction.job)):
             preemptor = eviction.reason.preemptor or ""
+            if not caller.may_use(_namespace(preemptor)):
+                preemptor = ""  # as Explain: a workload in a namespace the caller may not see is not named
             out.evictions.add(
                 workload=owners.get(eviction.job, eviction.job),
                 pod=eviction.task,
@@ -88,13 +95,17 @@ def what_if(
                 cause=eviction.reason.cause.value,
                 for_workload=owners.get(preemptor, preemptor),
             )
+    for pipelined in plan.pipelined:
+        if caller.may_use(_namespace(pipelined.job)):
+            out.pipelined.add(
+                workload=owners.get(pipelined.job, pipelined.job), pod=pipelined.task, node=pipelined.node
+            )
     priorities = priority_values(after)
     evicted = {owners[e.job]: e.reason for e in plan.evictions if e.job in owners}
     for workload_id in sorted(members):
         if caller.may_use(members[workload_id].namespace):
-            out.workloads.append(
-                derive(members[workload_id], after, priorities, evicted.get(workload_id), view.now)
-            )
+            workload = derive(members[workload_id], after, priorities, evicted.get(workload_id), view.now)
+            out.workloads.append(workload)
     return out
 
 

@@ -18,7 +18,9 @@ from kai_ray.api import Pod, PodGroup
 from kai_ray.api.constants import DEFAULT_PODGROUP_PRIORITY, POD_GROUP_NAME_ANNOTATION
 from kai_ray.convert.common import Invalid, epoch
 from kai_ray.convert.podgroups import is_preemptible, subgroup_tree
+from kai_ray.engine.plan import Plan
 from kai_ray.engine.reasons import EvictionReason
+from kai_ray.identity_cache import IdentityCache
 from kai_ray.model.objects import SubGroupSetSpec
 from kai_ray.service.backend import Backend, BackendView, CycleRecord
 from kai_ray.service.errors import ErrorCode, ServiceError
@@ -33,12 +35,22 @@ from kai_ray.service.objects import (
 )
 from kai_ray.v1 import scheduler_pb2 as pb
 
-__all__ = ["Members", "WorkloadTracker", "derive", "gang_minimum", "index_workloads", "split_id"]
+__all__ = [
+    "PIPELINED_REASON",
+    "Members",
+    "WorkloadTracker",
+    "derive",
+    "gang_minimum",
+    "index_workloads",
+    "split_id",
+]
 
 KEEP_CANCELLED = 1000
 """Cancelled workloads stay visible (state CANCELLED) until this many newer ones were cancelled."""
 CANCELLED_TTL_SECONDS = 3600.0
 FINISHED = ("Succeeded", "Failed")
+PIPELINED_REASON = "Pipelined"
+"""A waiting workload's reason when the last cycle pipelined its pods; KAI's Event reason for such a pod."""
 
 
 def split_id(workload_id: str, field_name: str = "id") -> tuple[str, str]:
@@ -446,11 +458,32 @@ def _reason(
         return "", ""
     if cycle is None:
         return "NotScheduledYet", "waiting for the first scheduling cycle"
+    pipelined = _pipelined_nodes(cycle.plan)
+    keys = (f"{members.namespace}/{group}" for group in members.pod_groups)
+    nodes = [node for key in keys for node in pipelined.get(key, ())]
+    if nodes:
+        return PIPELINED_REASON, (
+            f"{len(nodes)} pod(s) pipelined to {', '.join(sorted(set(nodes)))}: they wait for resources "
+            "still being released and are bound in a later cycle"
+        )
     for group in members.pod_groups:
         reason = cycle.plan.pending_reasons.get(f"{members.namespace}/{group}")
         if reason is not None:
             return reason.cause.value, reason.message
     return "NotScheduledYet", "submitted after the last scheduling cycle"
+
+
+def _pipelined_by_job(plan: Plan) -> dict[str, list[str]]:
+    """Job key → the node of each of its pods the plan pipelined.  A pipelined workload is
+    PENDING with no pod bound and no pending reason, like one the cycle never reached: this is
+    what tells them apart."""
+    nodes: dict[str, list[str]] = {}
+    for pipelined in plan.pipelined:
+        nodes.setdefault(pipelined.job, []).append(pipelined.node)
+    return nodes
+
+
+_pipelined_nodes: IdentityCache[Plan, dict[str, list[str]]] = IdentityCache(_pipelined_by_job)
 
 
 def _timestamp(moment: float) -> Timestamp:

@@ -471,14 +471,16 @@ class Eviction(_message.Message):
     def __init__(self, workload: _Optional[str] = ..., pod: _Optional[str] = ..., node: _Optional[str] = ..., cause: _Optional[str] = ..., for_workload: _Optional[str] = ...) -> None: ...
 
 class WhatIfResponse(_message.Message):
-    __slots__ = ("binds", "evictions", "workloads")
+    __slots__ = ("binds", "evictions", "workloads", "pipelined")
     BINDS_FIELD_NUMBER: _ClassVar[int]
     EVICTIONS_FIELD_NUMBER: _ClassVar[int]
     WORKLOADS_FIELD_NUMBER: _ClassVar[int]
+    PIPELINED_FIELD_NUMBER: _ClassVar[int]
     binds: _containers.RepeatedCompositeFieldContainer[Bind]
     evictions: _containers.RepeatedCompositeFieldContainer[Eviction]
     workloads: _containers.RepeatedCompositeFieldContainer[Workload]
-    def __init__(self, binds: _Optional[_Iterable[_Union[Bind, _Mapping]]] = ..., evictions: _Optional[_Iterable[_Union[Eviction, _Mapping]]] = ..., workloads: _Optional[_Iterable[_Union[Workload, _Mapping]]] = ...) -> None: ...
+    pipelined: _containers.RepeatedCompositeFieldContainer[Bind]
+    def __init__(self, binds: _Optional[_Iterable[_Union[Bind, _Mapping]]] = ..., evictions: _Optional[_Iterable[_Union[Eviction, _Mapping]]] = ..., workloads: _Optional[_Iterable[_Union[Workload, _Mapping]]] = ..., pipelined: _Optional[_Iterable[_Union[Bind, _Mapping]]] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("name", "node_pool", "ready", "allocatable", "allocated", "pods")

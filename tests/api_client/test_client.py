@@ -1,6 +1,7 @@
 """`kai_ray.client` against kai-ray's gRPC server on 127.0.0.1 over a fake service (fake_scheduler),
 and `LocalClient` against the same fake service in-process: error mapping with the field, the token
-in the metadata, the deadline, watch streams stopped on request, and the request helpers."""
+in the metadata, the client certificate of mutual TLS, the deadline, watch streams stopped on
+request, and the request helpers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fake_scheduler import FakeServer, FakeService, serve_fake
+from grpc_support import make_pki
 
 from kai_ray.client import (
     KaiRayClient,
@@ -20,6 +22,8 @@ from kai_ray.client import (
     submit_manifests,
     workload_spec_from_yaml,
 )
+from kai_ray.server.grpc_api import start_grpc_server
+from kai_ray.server.grpc_auth import TlsConfig
 from kai_ray.service.caller import Caller
 from kai_ray.service.errors import ErrorCode, ServiceError
 from kai_ray.v1 import scheduler_pb2 as pb
@@ -122,6 +126,47 @@ def test_the_token_is_sent_as_bearer_metadata_and_a_missing_one_is_unauthenticat
             anonymous.list_queues(pb.ListQueuesRequest())
     assert caught.value.code == ErrorCode.UNAUTHENTICATED
     assert caught.value.field is None
+
+
+@pytest.mark.grpc
+def test_a_client_certificate_gets_through_mutual_tls_and_without_one_nothing_does(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    service = FakeService()
+    tls = TlsConfig(cert=pki.server_cert, key=pki.server_key, client_ca=pki.ca)
+    with start_grpc_server(service, "127.0.0.1:0", tls=tls) as server:
+        address = f"127.0.0.1:{server.port}"
+        with KaiRayClient(address, tls_ca=pki.ca, tls_cert=pki.client_cert, tls_key=pki.client_key) as client:
+            assert [q.name for q in client.list_queues(pb.ListQueuesRequest()).queues] == [
+                "research",
+                "team-a",
+                "team-b",
+            ]
+        # PEM bytes work as well as files.
+        cert, key = pki.client_cert.read_bytes(), pki.client_key.read_bytes()
+        with KaiRayClient(address, tls_ca=pki.ca.read_bytes(), tls_cert=cert, tls_key=key) as client:
+            client.get_cluster(pb.GetClusterRequest())
+        assert service.methods_called() == ["list_queues", "get_cluster"]
+        for refused_cert, refused_key in (
+            (None, None),
+            (pki.rogue_cert, pki.rogue_key),
+        ):  # none, another CA's
+            with (
+                KaiRayClient(
+                    address, tls_ca=pki.ca, tls_cert=refused_cert, tls_key=refused_key, timeout=10
+                ) as client,
+                pytest.raises(RemoteError) as caught,
+            ):
+                client.list_queues(pb.ListQueuesRequest())
+            # The handshake fails; gRPC reports it as UNAVAILABLE (UNAUTHENTICATED on some versions).
+            assert caught.value.status in {"UNAVAILABLE", "UNAUTHENTICATED"}, caught.value
+    assert service.methods_called() == ["list_queues", "get_cluster"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("given", ["tls_cert", "tls_key"])
+def test_a_client_certificate_needs_its_key_and_the_key_its_certificate(given: str) -> None:
+    with pytest.raises(ValueError, match="tls_cert and tls_key go together"):
+        KaiRayClient("127.0.0.1:1", **{given: b"-----BEGIN PEM-----"})  # type: ignore[arg-type]
 
 
 @pytest.mark.grpc

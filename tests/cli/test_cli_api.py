@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 from fake_scheduler import FakeServer, FakeService, serve_fake
+from grpc_support import make_pki
 from typer.testing import CliRunner
 
 from kai_ray.cli import app
 from kai_ray.cli_api import offline_client
+from kai_ray.server.grpc_api import start_grpc_server
+from kai_ray.server.grpc_auth import TlsConfig
 from kai_ray.service.caller import Caller
 from kai_ray.v1 import scheduler_pb2 as pb
 
@@ -171,8 +174,10 @@ def test_what_if_sends_the_workloads_and_removed_nodes(server: FakeServer, tmp_p
     response = json.loads(out)
     assert response["binds"][0]["node"] == "node-9"
     assert response["evictions"][0]["node"] == "node-3"
+    assert response["pipelined"][0]["pod"] == "x-0"
     code, out, _ = run(*args)
-    assert "nothing was applied" in out and "Would evict" in out
+    assert "1 evicted, 1 pipelined; nothing was applied" in out
+    assert "Would evict" in out and "Would pipeline" in out
 
 
 @pytest.mark.grpc
@@ -209,6 +214,45 @@ def test_the_token_comes_from_the_environment_and_is_never_printed(tmp_path: Pat
         assert "wrong" not in out + err
         code, out, _ = run("queues", "--help")
         assert "KAI_RAY_TOKEN" in out and "t0ps3cret" not in out
+
+
+@pytest.mark.grpc
+def test_a_client_certificate_on_the_command_line_gets_through_mutual_tls(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    service = FakeService()
+    tls = TlsConfig(cert=pki.server_cert, key=pki.server_key, client_ca=pki.ca)
+    with start_grpc_server(service, "127.0.0.1:0", tls=tls) as server:
+        base = ("queues", "--server", f"127.0.0.1:{server.port}", "--tls-ca", str(pki.ca), "--timeout", "10")
+        code, out, err = run(*base, "--tls-cert", str(pki.client_cert), "--tls-key", str(pki.client_key))
+        assert code == 0, err
+        assert "team-a" in out
+        code, out, err = run(*base)  # no client certificate: the handshake fails
+        assert code == 1
+        assert err.startswith(("error: UNAVAILABLE: ", "error: UNAUTHENTICATED: ")), err
+        assert len(err.splitlines()) == 1
+    assert service.methods_called() == ["list_queues"]
+
+
+@pytest.mark.unit
+def test_client_certificate_flags_are_checked_before_any_call(tmp_path: Path) -> None:
+    pem = tmp_path / "client.pem"
+    pem.write_text("checked by the TLS handshake, not here\n")
+    missing = tmp_path / "nowhere.pem"
+    base = ("queues", "--server", "127.0.0.1:1")
+    code, _, err = run(*base, "--tls-cert", str(missing), "--tls-key", str(pem))
+    assert (code, err) == (2, f"error: --tls-cert: {missing}: no such file\n")
+    code, _, err = run(*base, "--tls-cert", str(pem), "--tls-key", str(missing))
+    assert (code, err) == (2, f"error: --tls-key: {missing}: no such file\n")
+    for flag in ("--tls-cert", "--tls-key"):
+        code, _, err = run(*base, flag, str(pem))
+        assert (code, err) == (
+            2,
+            "error: --tls-cert and --tls-key go together: the client's certificate and its key\n",
+        )
+    code, out, _ = run("status", "--help")
+    assert "--tls-cert" in out and "--tls-key" in out
+    code, out, _ = run("watch", "--help")
+    assert "--reconnect-timeout" in out
 
 
 @pytest.mark.unit

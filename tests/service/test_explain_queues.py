@@ -95,6 +95,8 @@ def test_what_if_shows_a_reclaim_and_changes_nothing(service: SchedulerService, 
     evictions = [(e.workload, e.pod, e.cause, e.for_workload) for e in answer.evictions]
     # The gang's minimum is both pods, so reclaiming one GPU node evicts the whole gang.
     assert sorted(evictions) == [("ml/hog", f"hog-{i}", "reclaim", "ml/fair") for i in range(2)]
+    # The reclaimer is not bound this cycle: it waits, pipelined, for the gang's pods to be gone.
+    assert [(p.workload, p.pod) for p in answer.pipelined] == [("ml/fair", "fair-0")] and not answer.binds
     states = {w.id: w.state for w in answer.workloads}
     assert states["ml/hog"] == pb.EVICTED and states["ml/fair"] == pb.PENDING
     assert backend.view().generation == generation

@@ -57,6 +57,23 @@ def test_watch_from_empty_token_then_resume(service: SchedulerService, backend: 
     assert list(resumed) == []
 
 
+def test_only_the_last_opening_event_carries_a_token(service: SchedulerService) -> None:
+    for name in ("a", "b", "c"):
+        service.submit_workload(gpu_job("ml", name, "team-a", 1, 1), ANYONE)
+    stop = threading.Event()
+    opening = take(service.watch_workloads(pb.WatchWorkloadsRequest(), ANYONE, stop), 3)
+    assert [e.workload.id for e in opening] == ["ml/a", "ml/b", "ml/c"]
+    # A client cut off after "ml/a" holds no token, so it must list again rather than resume
+    # past "ml/b" and "ml/c", which it never received.
+    assert [bool(e.resume_token) for e in opening] == [False, False, True]
+    service.submit_workload(gpu_job("ml", "d", "team-a", 1, 1), ANYONE)
+    resumed = service.watch_workloads(
+        pb.WatchWorkloadsRequest(resume_token=opening[-1].resume_token), ANYONE, stop
+    )
+    assert summary(take(resumed, 1)) == [("ADDED", "ml/d", "PENDING")]
+    stop.set()
+
+
 def test_a_blocked_watch_ends_when_stopped(service: SchedulerService) -> None:
     stop = threading.Event()
     stream = service.watch_workloads(pb.WatchWorkloadsRequest(), ANYONE, stop)
