@@ -317,6 +317,7 @@ def run_grpc_bench(
     progress: Callable[[str], None] = lambda _line: None,
 ) -> GrpcBenchResult:
     """The whole benchmark; see the module docstring.  Raises ValueError for a shape it cannot run."""
+    from kai_ray.server.gc_tuning import tune_gc_for_serving
     from kai_ray.server.grpc_api import start_grpc_server
     from kai_ray.service.api import SchedulerService
     from kai_ray.service.sim_backend import SimBackend
@@ -332,6 +333,7 @@ def run_grpc_bench(
 
     backend = SimBackend.from_nodes(nodes, gpus_per_node)
     service = SchedulerService(backend)
+    tune_gc_for_serving()  # as `kai-ray serve` does
     backend.start()
     errors: list[str] = []
     try:
@@ -397,9 +399,7 @@ def run_grpc_bench(
         workloads_pending=pending,
         explain=Latency.of([s for _, s in explained["latencies"]]),
         explain_pending=Latency.of([s for i, s in explained["latencies"] if i in waiting]),
-        cycles_during_submits=CycleStats.of(
-            [t.engine_seconds for t in during], [t.seconds for t in during]
-        ),
+        cycles_during_submits=CycleStats.of([t.engine_seconds for t in during], [t.seconds for t in during]),
         full_cycle=CycleStats.of(full_engine, full_total),
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         errors=errors[:10],

@@ -15,6 +15,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from kai_ray.server.endpoints import Health
+from kai_ray.server.gc_tuning import tune_gc_for_serving
 from kai_ray.server.grpc_api import GrpcStartError, RunningServer, SchedulerServiceLike, start_grpc_server
 from kai_ray.server.grpc_auth import AuthConfigError, TlsConfig, TokenTable, load_token_file
 from kai_ray.server.logs import configure_logging
@@ -84,6 +85,7 @@ def serve_simulated(
         endpoints = open_endpoints(CollectorRegistry(), health, metrics_address)
         # One cycle before the first call, so queues, nodes and placements are there to answer.
         backend.run_cycle()
+        tune_gc_for_serving()
         backend.start()
         try:
             server = open_grpc(service, options)

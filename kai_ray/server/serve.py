@@ -42,6 +42,7 @@ from kai_ray.cluster.kube.permissions import (
 )
 from kai_ray.distributed.executor import Executor
 from kai_ray.server.endpoints import Endpoints, Health
+from kai_ray.server.gc_tuning import tune_gc_for_serving
 from kai_ray.server.logs import configure_logging
 from kai_ray.server.metrics import SchedulerMetrics
 from kai_ray.server.scheduler import DEFAULT_CONCURRENCY, KubeScheduler, RunOutcome
@@ -285,6 +286,7 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
         health=health,
     )
     api = _start_api(scheduler, options, endpoints)
+    tune_gc_for_serving()
     stop = stop_on_signals()
     log.info(
         "kai-ray %s serving as %s (scheduler %s, podgrouper %s)",
