@@ -37,6 +37,14 @@ class IdentityCache(Generic[_Obj, _Value]):
         self._entries[key] = (weakref.ref(obj, self._forget(key)), value)
         return value
 
+    def share(self, source: _Obj, target: _Obj) -> None:
+        """Remember for ``target`` the value known for ``source``, if any: for a copy that differs
+        only in what the function does not read (a pod bound to a node keeps its requests)."""
+        entry = self._entries.get(id(source))
+        if entry is not None and entry[0]() is source:
+            key = id(target)
+            self._entries[key] = (weakref.ref(target, self._forget(key)), entry[1])
+
     def __len__(self) -> int:
         return len(self._entries)
 

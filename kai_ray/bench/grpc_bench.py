@@ -16,7 +16,8 @@ predicate node counts, the queue, who is ahead, what would have to free up) for 
 Phases, each timed on its own:
 1. **submit**: every client submits its share of the workloads as fast as the server answers;
    submits/s is workloads over the wall time from the first call to the last answer (the
-   clients connect and make one call each before the clock starts).  Cycles run meanwhile.
+   clients connect, make one call each and build their requests before the clock starts).
+   Cycles run meanwhile.
 2. **settle**: from the last answer until the cluster has nothing left to do (`wait_idle`).
 3. **explain**: every client explains its share of the workloads, each once, on the settled
    cluster; p50/p99 of the round trip as the client sees it, over all calls and over the
@@ -175,9 +176,13 @@ def _request(index: int, pods_per_workload: int, gpus_per_pod: int) -> Any:
     )
 
 
-def _run_clients(address: str, shares: list[list[int]], call: Callable[[Any, int], None]) -> dict[str, Any]:
-    """One thread and channel per share; each connects and answers one call before the shared
-    start, then times each of its calls.  Returns wall seconds, per-call seconds and errors."""
+def _run_clients(
+    address: str, shares: list[list[int]], call: Callable[[Any, Any], None], prepare: Callable[[int], Any]
+) -> dict[str, Any]:
+    """One thread and channel per share; each connects, makes one call and builds its requests
+    (`prepare`) before the shared start, then times each of its calls.  Returns wall seconds,
+    per-call seconds and errors.  Building requests is the client's work, not the server's: done
+    inside the timed loop, the first one (importing the API's models) stalled every thread."""
     from kai_ray.client import KaiRayClient
     from kai_ray.v1 import scheduler_pb2 as pb
 
@@ -189,11 +194,12 @@ def _run_clients(address: str, shares: list[list[int]], call: Callable[[Any, int
     def work(slot: int) -> None:
         client = clients[slot]
         client.list_queues(pb.ListQueuesRequest())  # connected before the clock starts
+        requests = [(index, prepare(index)) for index in shares[slot]]
         start.wait()
-        for index in shares[slot]:
+        for index, request in requests:
             began = time.perf_counter()
             try:
-                call(client, index)
+                call(client, request)
             except Exception as exc:  # counted and reported; the run goes on
                 errors.append(f"{workload_name(index)}: {exc}")
                 continue
@@ -215,19 +221,23 @@ def _run_clients(address: str, shares: list[list[int]], call: Callable[[Any, int
 def client_submits(
     address: str, shares: list[list[int]], pods_per_workload: int, gpus_per_pod: int
 ) -> dict[str, Any]:
-    def submit(client: Any, index: int) -> None:
-        client.submit_workload(_request(index, pods_per_workload, gpus_per_pod))
+    def submit(client: Any, request: Any) -> None:
+        client.submit_workload(request)
 
-    return _run_clients(address, shares, submit)
+    return _run_clients(
+        address, shares, submit, lambda index: _request(index, pods_per_workload, gpus_per_pod)
+    )
 
 
 def client_explains(address: str, shares: list[list[int]]) -> dict[str, Any]:
     from kai_ray.v1 import scheduler_pb2 as pb
 
-    def explain(client: Any, index: int) -> None:
-        client.explain(pb.ExplainRequest(id=f"{NAMESPACE}/{workload_name(index)}"))
+    def explain(client: Any, request: Any) -> None:
+        client.explain(request)
 
-    return _run_clients(address, shares, explain)
+    return _run_clients(
+        address, shares, explain, lambda index: pb.ExplainRequest(id=f"{NAMESPACE}/{workload_name(index)}")
+    )
 
 
 class ClientProcess:

@@ -147,6 +147,12 @@ def pod_requests(spec: PodSpec) -> Resources:
     return dict(_pod_requests(spec))
 
 
+def share_requests(source: PodSpec, target: PodSpec) -> None:
+    """``target`` is a copy of ``source`` with the same containers, init containers and overhead:
+    its requests need not be parsed again (a pod being bound or unbound)."""
+    _pod_requests.share(source, target)
+
+
 def _compute_pod_requests(spec: PodSpec) -> Resources:
     running = _sum(_container_requests(c) for c in spec.containers)
     sidecars: Resources = {}

@@ -28,7 +28,7 @@ from kai_ray.api.constants import (
 from kai_ray.api.quantity import QuantityError
 from kai_ray.convert.common import Invalid
 from kai_ray.convert.nodes import gpu_memory_mib
-from kai_ray.convert.pods import gpu_request, pod_requests
+from kai_ray.convert.pods import gpu_request, pod_requests, share_requests
 from kai_ray.engine.plan import Plan
 from kai_ray.identity_cache import IdentityCache
 from kai_ray.service.backend import BackendView, NamespacedName
@@ -165,7 +165,7 @@ def _bound(pod: Pod, node: str, groups: tuple[str, ...]) -> Pod:
     metadata = pod.metadata.model_copy(update={"labels": labels})
     spec = pod.spec.model_copy(update={"node_name": node})
     status = pod.status.model_copy(update={"phase": "Running"})
-    return pod.model_copy(update={"metadata": metadata, "spec": spec, "status": status})
+    return _same_requests(pod, pod.model_copy(update={"metadata": metadata, "spec": spec, "status": status}))
 
 
 def _unbound(pod: Pod) -> Pod:
@@ -173,7 +173,16 @@ def _unbound(pod: Pod) -> Pod:
     metadata = pod.metadata.model_copy(update={"labels": labels})
     spec = pod.spec.model_copy(update={"node_name": ""})
     status = pod.status.model_copy(update={"phase": "Pending"})
-    return pod.model_copy(update={"metadata": metadata, "spec": spec, "status": status})
+    return _same_requests(pod, pod.model_copy(update={"metadata": metadata, "spec": spec, "status": status}))
+
+
+def _same_requests(source: Pod, copy: Pod) -> Pod:
+    """``copy`` differs from ``source`` only in its node, phase and GPU-group labels, none of which
+    a request reads: carry over what was parsed, or every bind would parse its pod again (the
+    next cycle converts it, the workload views derive it)."""
+    share_requests(source.spec, copy.spec)
+    _pod_amounts.share(source, copy)
+    return copy
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,13 @@ import gc
 import pytest
 from service_builders import cluster, gpu_job
 
-from kai_ray.api import Node
+from kai_ray.api import Node, Pod
+from kai_ray.convert.pods import pod_requests
 from kai_ray.identity_cache import IdentityCache
 from kai_ray.service import explain as explain_module
 from kai_ray.service.api import SchedulerService
 from kai_ray.service.caller import ANYONE
-from kai_ray.service.objects import min_node_gpu_memory, node_gpu_memory
+from kai_ray.service.objects import min_node_gpu_memory, node_gpu_memory, pod_amounts
 from kai_ray.service.sim_backend import SimBackend
 from kai_ray.v1 import scheduler_pb2 as pb
 
@@ -41,6 +42,35 @@ def test_identity_cache_computes_once_per_object_and_forgets_dead_ones() -> None
     assert len(cache) == 1
     # An object equal in value but not the same object is computed for itself.
     assert cache(Thing(2)) == 4 and calls == [1, 2, 2]
+
+
+def test_a_shared_entry_serves_the_copy_and_only_when_the_source_is_known() -> None:
+    calls: list[int] = []
+
+    def compute(thing: Thing) -> int:
+        calls.append(thing.value)
+        return thing.value * 2
+
+    cache: IdentityCache[Thing, int] = IdentityCache(compute)
+    source, copy, unknown, other = Thing(1), Thing(1), Thing(5), Thing(5)
+    cache.share(unknown, other)  # nothing known for the source: nothing shared
+    assert cache(source) == 2
+    cache.share(source, copy)
+    assert cache(copy) == 2 and calls == [1]
+    assert cache(other) == 10 and calls == [1, 5]
+
+
+def test_binding_a_pod_keeps_its_parsed_requests(service: SchedulerService, backend: SimBackend) -> None:
+    service.submit_workload(gpu_job("ml", "train", "team-a", 1, 2), ANYONE)
+    pending = backend.view().get("Pod", "ml", "train-0")
+    assert isinstance(pending, Pod)
+    amounts = pod_amounts(pending)
+    requests = pod_requests(pending.spec)
+    backend.run_cycle()
+    bound = backend.view().get("Pod", "ml", "train-0")
+    assert isinstance(bound, Pod) and bound.spec.node_name and bound is not pending
+    assert pod_amounts(bound) is amounts  # the very entry: not parsed again
+    assert pod_requests(bound.spec) == requests and pod_requests(bound.spec) is not requests
 
 
 def test_min_node_gpu_memory_follows_the_node_table_it_is_given() -> None:
