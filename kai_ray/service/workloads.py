@@ -85,6 +85,8 @@ class _Record:
     evicted: EvictionReason | None = None
     cancelled_at: float | None = None
     last_transition: float = 0.0
+    inputs: tuple[object, ...] | None = None
+    """`_inputs` the last cycle refresh derived `view` from (None: not known)."""
 
 
 def gang_minimum(tree: SubGroupSetSpec) -> int:
@@ -292,15 +294,18 @@ class WorkloadTracker:
                     if self._records[i].cancelled_at is None
                 ]
             priorities = priority_values(view)
-            derived = [
-                (r, before, derive(r.members, view, priorities, r.evicted, r.last_transition))
-                for r, before in due
-            ]
+            derived = []
+            for r, before in due:
+                inputs = _inputs(r.members, view)
+                if before is not None and before.state in _SETTLED and _same(r.inputs, inputs):
+                    continue
+                candidate = derive(r.members, view, priorities, r.evicted, r.last_transition)
+                derived.append((r, before, inputs, candidate))
             with self.lock:
-                for r, before, candidate in derived:
+                for r, before, inputs, candidate in derived:
                     current = self._records.get(r.members.id) is r and r.cancelled_at is None
                     if current and r.view is before:
-                        self._commit(r, candidate, view.now, emit=True)
+                        self._commit(r, candidate, view.now, emit=True, inputs=inputs)
                 self._prune(view.now if record is None else record.at)
 
     def _discover(self, view: BackendView) -> None:
@@ -365,8 +370,18 @@ class WorkloadTracker:
         candidate = derive(record.members, view, priorities, record.evicted, record.last_transition)
         self._commit(record, candidate, view.now, emit=emit)
 
-    def _commit(self, record: _Record, candidate: pb.Workload, now: float, *, emit: bool) -> None:
-        """Make ``candidate`` the record's view, with an event when it differs; under `lock`."""
+    def _commit(
+        self,
+        record: _Record,
+        candidate: pb.Workload,
+        now: float,
+        *,
+        emit: bool,
+        inputs: tuple[object, ...] | None = None,
+    ) -> None:
+        """Make ``candidate`` the record's view, with an event when it differs; under `lock`.
+        ``inputs``: what it was derived from, when a cycle refresh derived it."""
+        record.inputs = inputs
         before = record.view
         if before is not None and candidate.state != before.state:
             record.last_transition = now
@@ -392,6 +407,33 @@ class WorkloadTracker:
                 record = self._records.pop(workload_id)
                 if record.view is not None:
                     self.log.append(pb.WorkloadEvent.DELETED, record.view)
+
+
+_SETTLED = (pb.RUNNING, pb.SUCCEEDED, pb.FAILED)
+"""States a workload's view takes from its objects alone: the cycle's pending reasons and
+evictions do not enter it (an eviction changes the pods)."""
+
+
+def _inputs(members: Members, view: BackendView) -> tuple[object, ...]:
+    """Everything `derive` reads for a workload in a settled state: its objects, the node table
+    and the priority classes.  Objects are never mutated, so the very same objects (`_same`)
+    give the same view, and a cycle refresh skips deriving a running workload that nothing
+    touched (most of them, on a busy cluster).  The objects themselves are kept, not their ids,
+    which a newer object could reuse.  A backend that hands out new objects for unchanged ones
+    only loses the shortcut."""
+    ns = members.namespace
+    return (
+        view.all("Node"),
+        view.all("PriorityClass"),
+        *(view.get("PodGroup", ns, name) for name in members.pod_groups),
+        *(view.get("Pod", ns, name) for name in members.pods),
+    )
+
+
+def _same(before: tuple[object, ...] | None, now: tuple[object, ...]) -> bool:
+    if before is None or len(before) != len(now):
+        return False
+    return all(a is b for a, b in zip(before, now, strict=True))
 
 
 def _view_if_ready(backend: Backend) -> BackendView | None:

@@ -11,6 +11,7 @@ from service_builders import gpu_job
 from kai_ray.service import workloads as workloads_module
 from kai_ray.service.api import SchedulerService
 from kai_ray.service.caller import ANYONE
+from kai_ray.service.objects import unbound_pod
 from kai_ray.service.sim_backend import SimBackend
 from kai_ray.v1 import scheduler_pb2 as pb
 
@@ -52,3 +53,31 @@ def test_a_cycle_refresh_leaves_the_lock_free_and_keeps_a_cancel_made_meanwhile(
     assert service.get_workload(pb.GetWorkloadRequest(id="ml/b"), ANYONE).state == pb.CANCELLED
     states = [(e.workload.id, e.workload.state) for _, e in service.events]
     assert ("ml/b", pb.CANCELLED) in states and ("ml/b", pb.RUNNING) not in states
+
+
+def test_a_running_workload_nothing_touched_is_not_derived_again(
+    service: SchedulerService, backend: SimBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service.submit_workload(gpu_job("ml", "steady", "team-a", 1, 1), ANYONE)
+    service.submit_workload(gpu_job("ml", "waiting", "team-a", 1, 64), ANYONE)  # never fits
+    backend.run_cycle()
+    derived: list[str] = []
+    derive = workloads_module.derive
+
+    def counting(members: workloads_module.Members, *args: object) -> pb.Workload:
+        derived.append(members.id)
+        return derive(members, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(workloads_module, "derive", counting)
+    backend.run_cycle()
+    # The waiting one's reason comes from each cycle; the running one's view from its objects.
+    assert derived == ["ml/waiting"]
+    # Its pod replaced (here: the node it runs on gone, its pod recreated pending) is a change.
+    view = backend.view()
+    pod = view.get("Pod", "ml", "steady-0")
+    assert pod is not None
+    backend.delete([("Pod", "ml", "steady-0")])
+    backend.create([unbound_pod(pod)])
+    derived.clear()
+    backend.run_cycle()
+    assert "ml/steady" in derived
