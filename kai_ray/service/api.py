@@ -13,7 +13,7 @@ import binascii
 import threading
 from collections.abc import Iterator
 
-from kai_ray.service.backend import Backend, Grouper, ObjectKey
+from kai_ray.service.backend import Backend, CycleRecord, Grouper, ObjectKey
 from kai_ray.service.caller import Caller
 from kai_ray.service.errors import ErrorCode, ServiceError
 from kai_ray.service.events import DEFAULT_HISTORY, EventLog
@@ -143,19 +143,30 @@ class SchedulerService:
         )
 
     def list_queues(self, request: pb.ListQueuesRequest, caller: Caller) -> pb.ListQueuesResponse:
-        cycle = self.backend.view().last_cycle
-        if cycle is None:
-            return pb.ListQueuesResponse()
+        cycle = self._last_cycle()
         return pb.ListQueuesResponse(queues=queue_views(cycle.session, self.workloads.all()))
 
     def what_if(self, request: pb.WhatIfRequest, caller: Caller) -> pb.WhatIfResponse:
         return what_if(request, caller, self.backend, self.workloads, self.grouper)
 
     def get_cluster(self, request: pb.GetClusterRequest, caller: Caller) -> pb.Cluster:
-        cycle = self.backend.view().last_cycle
-        return pb.Cluster() if cycle is None else cluster_view(cycle.session)
+        return cluster_view(self._last_cycle().session)
 
     # ------------------------------------------------------------------ helpers
+    def _last_cycle(self) -> CycleRecord:
+        """The cycle that fair shares, allocations and free GPUs come from.  Before this process
+        has run one (a standby replica, which never schedules, or the leader still starting) the
+        answer is UNAVAILABLE, so a client retries, reaching the leader in time, rather than read
+        an empty cluster as the truth."""
+        cycle = self.backend.view().last_cycle
+        if cycle is None:
+            raise ServiceError(
+                ErrorCode.UNAVAILABLE,
+                "this replica has not run a scheduling cycle (a standby, or starting); retry, "
+                "or ask the leader (the holder of the scheduler's Lease)",
+            )
+        return cycle
+
     def _visible(self, workload_id: str, caller: Caller) -> pb.Workload:
         namespace, _ = split_id(workload_id)
         caller.require(namespace)

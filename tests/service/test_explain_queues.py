@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from service_builders import gpu_job
+from service_builders import NOW, cluster, gpu_job
 
 from kai_ray.service.api import SchedulerService
 from kai_ray.service.caller import ANYONE, Caller
+from kai_ray.service.errors import ErrorCode, ServiceError
 from kai_ray.service.sim_backend import SimBackend
 from kai_ray.v1 import scheduler_pb2 as pb
 
@@ -118,3 +119,19 @@ def test_what_if_with_an_added_node_binds_there(service: SchedulerService, backe
     binds = {(b.workload, b.node) for b in answer.binds}
     assert ("ml/extra", "spare") in binds or ("ml/hog", "spare") in binds
     assert [n.name for n in service.get_cluster(pb.GetClusterRequest(), ANYONE).nodes] == ["node-0", "node-1"]
+
+
+def test_before_any_cycle_queues_and_cluster_are_unavailable_not_empty() -> None:
+    # A standby replica never schedules: an empty tree would read as "there are no queues".
+    backend = SimBackend(cluster(), clock=lambda: NOW)
+    service = SchedulerService(backend)
+    for call in (
+        lambda: service.list_queues(pb.ListQueuesRequest(), ANYONE),
+        lambda: service.get_cluster(pb.GetClusterRequest(), ANYONE),
+    ):
+        with pytest.raises(ServiceError) as refused:
+            call()
+        assert refused.value.code == ErrorCode.UNAVAILABLE
+    backend.run_cycle()
+    assert service.list_queues(pb.ListQueuesRequest(), ANYONE).queues
+    assert service.get_cluster(pb.GetClusterRequest(), ANYONE).nodes
