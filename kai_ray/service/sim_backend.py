@@ -9,8 +9,13 @@ When the background thread runs a cycle (`start()`), and why:
 - **After a change** (a create, a delete, or a cycle that moved pods, up to `MAX_BACK_TO_BACK`
   in a row).  Changes that arrive while a cycle runs are batched into the next one, and cycles
   are spaced so that they take at most `cycle_share` of the wall clock while submits stream in:
-  a cycle over 4,000 pods takes about a second of the one interpreter lock the API's handlers
-  also need, and back-to-back cycles would halve the submit rate for no better placement.
+  a cycle takes the one interpreter lock the API's handlers also need (a binding cycle at 4,000
+  pods about a second), and back-to-back cycles would halve the submit rate for no better
+  placement.  A quarter keeps KAI's rhythm: KAI waits its 1 s `schedulePeriod` after each cycle,
+  so a 0.3 s cycle is followed by ~0.9 s of waiting either way, a shorter cycle by a shorter
+  wait here, and no wait is longer than that period (`MAX_SPACING`); at a half, submits/s on
+  the 500-node bench fell from ~530 to ~370-470.  The spacing holds only while changes keep
+  coming: a burst's last changes get their cycle `QUIET_SECONDS` after it ends.
 - **When a timer is due.**  On the same objects the engine decides the same, except where it
   reads the clock: a min-runtime protection or a preemption delay running out, a stale gang's
   grace period, a deleting pod turning stuck-in-releasing.  After each cycle the earliest such
@@ -68,14 +73,19 @@ from kai_ray.service.backend import (
 from kai_ray.service.errors import ErrorCode, ServiceError
 from kai_ray.service.objects import WORKLOAD_LABEL, apply_plan, default_cluster_objects, manifest_set
 
-__all__ = ["CycleTiming", "SimBackend", "SimSourceError", "next_timer"]
+__all__ = ["MAX_SPACING", "QUIET_SECONDS", "CycleTiming", "SimBackend", "SimSourceError", "next_timer"]
 
 DEFAULT_PERIOD = 0.2
 """How often the idle background thread looks at the clock for a due timer (seconds)."""
 DEFAULT_MAX_IDLE = 30.0
 """Wall seconds after which an idle cluster gets a cycle anyway (see the module docstring)."""
-DEFAULT_CYCLE_SHARE = 0.5
+DEFAULT_CYCLE_SHARE = 0.25
 """While changes stream in, the share of wall time change-triggered cycles may take."""
+MAX_SPACING = 1.0
+"""The longest a change waits for the spacing: KAI's `schedulePeriod`, so the simulated cluster
+never reacts later than KAI would (a long cycle may then take more than `cycle_share`)."""
+QUIET_SECONDS = 0.1
+"""No change for this long ends a burst: its last changes get a cycle now, not after the spacing."""
 MAX_BACK_TO_BACK = 10
 """Cycles run back to back while each still changes something; then only timers start one."""
 TIMINGS_KEPT = 10_000
@@ -147,6 +157,7 @@ class SimBackend:
         self._next_due: float | None = None
         self._running = False
         self._last_end = time.monotonic()
+        self._last_change = self._last_end
         self._last_seconds = 0.0
         self._timings: deque[CycleTiming] = deque(maxlen=TIMINGS_KEPT)
         self._closed = False
@@ -370,14 +381,16 @@ class SimBackend:
     def _until_next_cycle(self) -> float:
         """Seconds the background thread should wait before the next cycle (<= 0: run now).
 
-        Called under `_lock`.  A change waits only for the spacing that keeps cycles within
-        `cycle_share`; otherwise a due timer or `max_idle` starts one, and the clock is looked at
-        every `period` seconds.
+        Called under `_lock`.  A change waits for the spacing that keeps cycles within
+        `cycle_share`, but only while changes keep coming: once none came for `QUIET_SECONDS` the
+        burst is over and batching it further only delays it; otherwise a due timer or
+        `max_idle` starts one, and the clock is looked at every `period` seconds.
         """
-        idle_for = time.monotonic() - self._last_end
+        now = time.monotonic()
+        idle_for = now - self._last_end
         if self._dirty:
-            spacing = self._last_seconds * (1.0 / self._cycle_share - 1.0)
-            return spacing - idle_for
+            spacing = min(self._last_seconds * (1.0 / self._cycle_share - 1.0), MAX_SPACING)
+            return min(spacing - idle_for, QUIET_SECONDS - (now - self._last_change))
         if self._next_due is not None and self._clock() >= self._next_due:
             return 0.0
         if idle_for >= self._max_idle:
@@ -416,6 +429,7 @@ class SimBackend:
     def _changed(self) -> None:
         self._generation += 1
         self._back_to_back = 0
+        self._last_change = time.monotonic()
         if not self._dirty:
             # Only the first change since a cycle started tells the background thread anything
             # (a cycle is now due, after the spacing); waking it for each of a burst's submits

@@ -3,6 +3,8 @@ change, a due timer; never an idle, unchanged cluster), and the timers it knows 
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +16,7 @@ from kai_ray.api import ApiObject, Pod, PodGroup
 from kai_ray.service.api import SchedulerService
 from kai_ray.service.caller import ANYONE
 from kai_ray.service.objects import rfc3339
-from kai_ray.service.sim_backend import SimBackend, next_timer
+from kai_ray.service.sim_backend import QUIET_SECONDS, SimBackend, next_timer
 from kai_ray.v1 import scheduler_pb2 as pb
 
 pytestmark = pytest.mark.unit
@@ -58,6 +60,21 @@ def test_an_unchanged_cluster_gets_no_cycle_and_a_change_gets_one_at_once(clock:
     assert 0 < waiting <= 0.2  # it only looks at the clock again after a period
     SchedulerService(backend).submit_workload(gpu_job("ml", "train", "team-a", 1, 1), ANYONE)
     assert backend.seconds_until_next_cycle() <= 0
+
+
+def test_a_burst_is_batched_by_the_spacing_but_its_end_gets_a_cycle_soon(clock: Clock) -> None:
+    # A tiny share: the spacing after a cycle is the 1 s cap (KAI's schedule period).
+    backend = SimBackend(cluster(), clock=clock, cycle_share=0.001, max_idle=3600.0)
+    backend.run_cycle()
+    service = SchedulerService(backend)
+    service.submit_workload(gpu_job("ml", "a", "team-a", 1, 1), ANYONE)
+    waiting = backend.seconds_until_next_cycle()
+    # Changes still coming would wait for the spacing; this one waits only to see whether more come.
+    assert 0 < waiting <= QUIET_SECONDS
+    deadline = time.monotonic() + 5.0
+    while backend.seconds_until_next_cycle() > 0:
+        assert time.monotonic() < deadline, "the burst's end never got its cycle"
+        threading.Event().wait(0.01)
 
 
 def _high_priority_job_with_a_delay(created: float) -> list[ApiObject]:
