@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kai_ray.server.grpc_api import start_grpc_server
-from kai_ray.server.grpc_auth import TokenTable
+from kai_ray.server.grpc_auth import TlsConfig, TokenTable
 from kai_ray.service.caller import Caller
 from kai_ray.service.errors import ErrorCode, ServiceError
 from kai_ray.v1 import scheduler_pb2 as pb
@@ -316,13 +316,15 @@ class FakeServer:
 
 @contextmanager
 def serve_fake(
-    service: FakeService | None = None, tokens: dict[str, Caller] | None = None
+    service: FakeService | None = None,
+    tokens: dict[str, Caller] | None = None,
+    tls: TlsConfig | None = None,
 ) -> Iterator[FakeServer]:
     """``service`` (a new one by default) behind kai-ray's gRPC server on a free 127.0.0.1 port,
-    with these bearer tokens if given; held calls are let go on exit."""
+    with these bearer tokens and this TLS if given; held calls are let go on exit."""
     service = service or FakeService()
     table = TokenTable(list(tokens.items())) if tokens is not None else None
-    with start_grpc_server(service, "127.0.0.1:0", tokens=table) as server:
+    with start_grpc_server(service, "127.0.0.1:0", tls=tls, tokens=table) as server:
         try:
             yield FakeServer(f"127.0.0.1:{server.port}", service)
         finally:

@@ -7,6 +7,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from kai_ray.server.grpc_auth import TlsConfig
+
 
 @dataclass(frozen=True)
 class Pki:
@@ -71,3 +73,8 @@ def make_pki(directory: Path) -> Pki:
         rogue_cert=directory / "rogue.crt",
         rogue_key=directory / "rogue.key",
     )
+
+
+def mutual_tls(pki: Pki) -> TlsConfig:
+    """A server's TLS that requires a client certificate signed by ``pki.ca``."""
+    return TlsConfig(cert=pki.server_cert, key=pki.server_key, client_ca=pki.ca)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fake_scheduler import FakeServer, FakeService, serve_fake
-from grpc_support import make_pki
+from grpc_support import make_pki, mutual_tls
 
 from kai_ray.client import (
     KaiRayClient,
@@ -22,8 +22,6 @@ from kai_ray.client import (
     submit_manifests,
     workload_spec_from_yaml,
 )
-from kai_ray.server.grpc_api import start_grpc_server
-from kai_ray.server.grpc_auth import TlsConfig
 from kai_ray.service.caller import Caller
 from kai_ray.service.errors import ErrorCode, ServiceError
 from kai_ray.v1 import scheduler_pb2 as pb
@@ -132,9 +130,8 @@ def test_the_token_is_sent_as_bearer_metadata_and_a_missing_one_is_unauthenticat
 def test_a_client_certificate_gets_through_mutual_tls_and_without_one_nothing_does(tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
     service = FakeService()
-    tls = TlsConfig(cert=pki.server_cert, key=pki.server_key, client_ca=pki.ca)
-    with start_grpc_server(service, "127.0.0.1:0", tls=tls) as server:
-        address = f"127.0.0.1:{server.port}"
+    with serve_fake(service, tls=mutual_tls(pki)) as server:
+        address = server.address
         with KaiRayClient(address, tls_ca=pki.ca, tls_cert=pki.client_cert, tls_key=pki.client_key) as client:
             assert [q.name for q in client.list_queues(pb.ListQueuesRequest()).queues] == [
                 "research",

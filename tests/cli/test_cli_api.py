@@ -10,13 +10,11 @@ from pathlib import Path
 
 import pytest
 from fake_scheduler import FakeServer, FakeService, serve_fake
-from grpc_support import make_pki
+from grpc_support import make_pki, mutual_tls
 from typer.testing import CliRunner
 
 from kai_ray.cli import app
 from kai_ray.cli_api import offline_client
-from kai_ray.server.grpc_api import start_grpc_server
-from kai_ray.server.grpc_auth import TlsConfig
 from kai_ray.service.caller import Caller
 from kai_ray.v1 import scheduler_pb2 as pb
 
@@ -220,9 +218,8 @@ def test_the_token_comes_from_the_environment_and_is_never_printed(tmp_path: Pat
 def test_a_client_certificate_on_the_command_line_gets_through_mutual_tls(tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
     service = FakeService()
-    tls = TlsConfig(cert=pki.server_cert, key=pki.server_key, client_ca=pki.ca)
-    with start_grpc_server(service, "127.0.0.1:0", tls=tls) as server:
-        base = ("queues", "--server", f"127.0.0.1:{server.port}", "--tls-ca", str(pki.ca), "--timeout", "10")
+    with serve_fake(service, tls=mutual_tls(pki)) as server:
+        base = ("queues", "--server", server.address, "--tls-ca", str(pki.ca), "--timeout", "10")
         code, out, err = run(*base, "--tls-cert", str(pki.client_cert), "--tls-key", str(pki.client_key))
         assert code == 0, err
         assert "team-a" in out

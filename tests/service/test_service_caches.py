@@ -26,14 +26,19 @@ class Thing:
         self.value = value
 
 
-def test_identity_cache_computes_once_per_object_and_forgets_dead_ones() -> None:
+def doubling_cache() -> tuple[IdentityCache[Thing, int], list[int]]:
+    """A cache of `value * 2`, and the values it computed, in order."""
     calls: list[int] = []
 
     def compute(thing: Thing) -> int:
         calls.append(thing.value)
         return thing.value * 2
 
-    cache: IdentityCache[Thing, int] = IdentityCache(compute)
+    return IdentityCache(compute), calls
+
+
+def test_identity_cache_computes_once_per_object_and_forgets_dead_ones() -> None:
+    cache, calls = doubling_cache()
     first, second = Thing(1), Thing(2)
     assert [cache(first), cache(first), cache(second), cache(first)] == [2, 2, 4, 2]
     assert calls == [1, 2]
@@ -45,13 +50,7 @@ def test_identity_cache_computes_once_per_object_and_forgets_dead_ones() -> None
 
 
 def test_a_shared_entry_serves_the_copy_and_only_when_the_source_is_known() -> None:
-    calls: list[int] = []
-
-    def compute(thing: Thing) -> int:
-        calls.append(thing.value)
-        return thing.value * 2
-
-    cache: IdentityCache[Thing, int] = IdentityCache(compute)
+    cache, calls = doubling_cache()
     source, copy, unknown, other = Thing(1), Thing(1), Thing(5), Thing(5)
     cache.share(unknown, other)  # nothing known for the source: nothing shared
     assert cache(source) == 2
