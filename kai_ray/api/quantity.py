@@ -8,6 +8,7 @@ versus "1Gi" (2^30), and errors name the offending text.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _SUFFIXES: dict[str, float] = {
     "": 1.0,
@@ -57,10 +58,17 @@ class DurationError(ValueError):
 
 def parse_quantity(value: str | int | float) -> float:
     """Return a quantity's value in base units: "500m" → 0.5, "2Gi" → 2147483648.0."""
-    if isinstance(value, bool):
-        raise QuantityError(f"invalid quantity {value!r}")
-    if isinstance(value, int | float):
+    if isinstance(value, str):
+        return _parse_text(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
+    raise QuantityError(f"invalid quantity {value!r}")
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(value: str) -> float:
+    """Remembered per text: a cluster spells its amounts in a few dozen ways ("1", "4Gi"), and
+    every cycle and every submit parsed each pod's again (a refused text raises each time)."""
     match = _QUANTITY.fullmatch(value.strip())
     if match is None:
         raise QuantityError(f"invalid quantity {value!r}")

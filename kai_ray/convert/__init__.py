@@ -6,17 +6,21 @@ informer cache.
 """
 
 from kai_ray.convert.cluster import (
+    JobContext,
     cluster_from_manifest_set,
     cluster_from_manifests,
     cluster_from_objects,
+    job_problems,
     occupancy_only,
 )
 from kai_ray.convert.podgroups import Priorities
 
 __all__ = [
+    "JobContext",
     "Priorities",
     "cluster_from_manifest_set",
     "cluster_from_manifests",
     "cluster_from_objects",
+    "job_problems",
     "occupancy_only",
 ]

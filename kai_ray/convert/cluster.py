@@ -21,11 +21,13 @@ Choices where KAI's behaviour cannot be reproduced from objects alone:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kai_ray.api import (
+    ApiObject,
     BindRequest,
     Manifest,
     ManifestProblem,
@@ -44,10 +46,17 @@ from kai_ray.convert.jobs import JobAssembler
 from kai_ray.convert.nodes import node_spec
 from kai_ray.convert.podgroups import Priorities
 from kai_ray.convert.pods import PodContext
-from kai_ray.convert.queues import convert_queues
+from kai_ray.convert.queues import QueueIndex, convert_queues
 from kai_ray.model.objects import ClusterState
 
-__all__ = ["cluster_from_manifest_set", "cluster_from_manifests", "cluster_from_objects", "occupancy_only"]
+__all__ = [
+    "JobContext",
+    "cluster_from_manifest_set",
+    "cluster_from_manifests",
+    "cluster_from_objects",
+    "job_problems",
+    "occupancy_only",
+]
 
 
 def cluster_from_manifests(path: str | Path) -> tuple[ClusterState, list[ManifestProblem]]:
@@ -108,6 +117,42 @@ def cluster_from_manifest_set(
     assembler.add_occupants(list(occupants))
     state = ClusterState(nodes=nodes, queues=queues, jobs=assembler.jobs, now=now, held=assembler.held)
     return state, problems
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What PodGroups and their pods are converted against, besides nodes: the queue tree and
+    the priority classes.  Apart so that a submit, which converts only its own few objects
+    before creating them, builds it once per change of those objects, not once per submit."""
+
+    queues: QueueIndex
+    priorities: Priorities
+
+    @classmethod
+    def of(cls, queues: Iterable[Queue], classes: Iterable[PriorityClass]) -> JobContext:
+        """Their own problems (a queue in a cycle) are the cluster's, reported by its cycles."""
+        _, index = convert_queues([Manifest("<cluster>", 0, i, q) for i, q in enumerate(queues)], [])
+        named = [Manifest("<cluster>", 0, i, c) for i, c in enumerate(classes)]
+        return cls(index, Priorities.from_manifests(named))
+
+
+def job_problems(
+    manifests: Sequence[Manifest[ApiObject]],
+    context: JobContext,
+    *,
+    now: float,
+    scheduler_name: str = SCHEDULER_NAME,
+) -> list[ManifestProblem]:
+    """What converting these PodGroups and pods (not yet on any node) would report; other kinds
+    are ignored."""
+    problems: list[ManifestProblem] = []
+    assembler = JobAssembler(
+        context.queues, context.priorities, PodContext(now, frozenset(), {}), problems, scheduler_name
+    )
+    objects = ManifestSet(manifests=list(manifests))
+    assembler.add_podgroups(objects.of_type(PodGroup))
+    assembler.add_pods(objects.of_type(Pod))
+    return problems
 
 
 OCCUPANCY_FIELDS = {

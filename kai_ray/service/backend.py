@@ -60,7 +60,9 @@ NamespacedName = tuple[str, str]
 class BackendView:
     """The current objects by kind, and the last cycle (None before the first).
 
-    `generation` grows with every change, so a reader can tell whether anything moved.
+    `generation` grows with every change, so a reader can tell whether anything moved.  A
+    view's tables never change once handed out (backends copy on write or build new ones), so
+    a reader may remember what it computed from a table for as long as it gets that very table.
     """
 
     generation: int

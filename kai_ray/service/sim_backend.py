@@ -10,12 +10,13 @@ When the background thread runs a cycle (`start()`), and why:
   in a row).  Changes that arrive while a cycle runs are batched into the next one, and cycles
   are spaced so that they take at most `cycle_share` of the wall clock while submits stream in:
   a cycle takes the one interpreter lock the API's handlers also need (a binding cycle at 4,000
-  pods about a second), and back-to-back cycles would halve the submit rate for no better
-  placement.  A quarter keeps KAI's rhythm: KAI waits its 1 s `schedulePeriod` after each cycle,
-  so a 0.3 s cycle is followed by ~0.9 s of waiting either way, a shorter cycle by a shorter
-  wait here, and no wait is longer than that period (`MAX_SPACING`); at a half, submits/s on
-  the 500-node bench fell from ~530 to ~370-470.  The spacing holds only while changes keep
-  coming: a burst's last changes get their cycle `QUIET_SECONDS` after it ends.
+  pods a few tenths of a second, more under load), and frequent cycles cut the submit rate for
+  no better placement.  No wait is longer than KAI's own: it waits its 1 s `schedulePeriod`
+  after each cycle (`MAX_SPACING`).  A tenth therefore means KAI's rhythm for every cycle over
+  0.11 s, and a shorter wait than KAI's after a shorter cycle (a small cluster, a test).  On the
+  500-node bench (median of five runs) a tenth gave ~530 submits/s, a quarter ~410 (a 0.1 s
+  cycle then came every 0.4 s, not every 1 s), a half ~370-470.  The spacing holds only while
+  changes keep coming: a burst's last changes get their cycle `QUIET_SECONDS` after it ends.
 - **When a timer is due.**  On the same objects the engine decides the same, except where it
   reads the clock: a min-runtime protection or a preemption delay running out, a stale gang's
   grace period, a deleting pod turning stuck-in-releasing.  After each cycle the earliest such
@@ -79,7 +80,7 @@ DEFAULT_PERIOD = 0.2
 """How often the idle background thread looks at the clock for a due timer (seconds)."""
 DEFAULT_MAX_IDLE = 30.0
 """Wall seconds after which an idle cluster gets a cycle anyway (see the module docstring)."""
-DEFAULT_CYCLE_SHARE = 0.25
+DEFAULT_CYCLE_SHARE = 0.1
 """While changes stream in, the share of wall time change-triggered cycles may take."""
 MAX_SPACING = 1.0
 """The longest a change waits for the spacing: KAI's `schedulePeriod`, so the simulated cluster

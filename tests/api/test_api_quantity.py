@@ -43,9 +43,17 @@ def test_rejects_malformed_quantities(text: str) -> None:
         parse_quantity(text)
 
 
-def test_rejects_booleans_as_quantities() -> None:
-    with pytest.raises(QuantityError):
-        parse_quantity(True)
+@pytest.mark.parametrize("value", [True, None, ["1"], {"value": "1"}])
+def test_rejects_booleans_and_non_text_as_quantities(value: object) -> None:
+    with pytest.raises(QuantityError, match="invalid quantity"):
+        parse_quantity(value)  # type: ignore[arg-type]
+
+
+def test_a_refused_text_is_refused_again_after_good_ones_are_remembered() -> None:
+    assert [parse_quantity("2Gi"), parse_quantity("2Gi")] == [2 * 2**30, 2 * 2**30]
+    for _ in range(2):
+        with pytest.raises(QuantityError, match="'2Gx'"):
+            parse_quantity("2Gx")
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 
 import pytest
-from service_builders import cluster, gpu_job
+from service_builders import cluster, gpu_job, queue
 
 from kai_ray.api import Node, Pod
 from kai_ray.convert.pods import pod_requests
@@ -14,6 +14,7 @@ from kai_ray.identity_cache import IdentityCache
 from kai_ray.service import explain as explain_module
 from kai_ray.service.api import SchedulerService
 from kai_ray.service.caller import ANYONE
+from kai_ray.service.errors import ErrorCode, ServiceError
 from kai_ray.service.objects import min_node_gpu_memory, node_gpu_memory, pod_amounts
 from kai_ray.service.sim_backend import SimBackend
 from kai_ray.v1 import scheduler_pb2 as pb
@@ -70,6 +71,20 @@ def test_binding_a_pod_keeps_its_parsed_requests(service: SchedulerService, back
     assert isinstance(bound, Pod) and bound.spec.node_name and bound is not pending
     assert pod_amounts(bound) is amounts  # the very entry: not parsed again
     assert pod_requests(bound.spec) == requests and pod_requests(bound.spec) is not requests
+
+
+def test_the_submit_check_converts_against_the_queues_as_they_are_now(
+    service: SchedulerService, backend: SimBackend
+) -> None:
+    """The queue tree the check converts against is remembered per Queue table; a queue added
+    after the last submit must be seen as it is, here one the tree skips (its parent is
+    missing): a stale tree would say it does not exist."""
+    service.submit_workload(gpu_job("ml", "first", "team-a", 1, 1), ANYONE)
+    backend.create([queue("orphan", 4, parent="no-such-dept")])
+    with pytest.raises(ServiceError, match="queue 'orphan' was skipped") as refused:
+        service.submit_workload(gpu_job("ml", "second", "orphan", 1, 1), ANYONE)
+    assert refused.value.code == ErrorCode.INVALID_ARGUMENT
+    assert backend.view().get("PodGroup", "ml", "second") is None
 
 
 def test_min_node_gpu_memory_follows_the_node_table_it_is_given() -> None:
