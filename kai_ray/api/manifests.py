@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from pydantic import ValidationError
 
@@ -98,12 +98,9 @@ class ManifestSet:
     problems: list[ManifestProblem] = field(default_factory=list)
 
     def of_type(self, cls: type[ObjectT]) -> list[Manifest[ObjectT]]:
-        """The loaded objects of one model class, in order of appearance."""
-        found: list[Manifest[ObjectT]] = []
-        for item in self.manifests:
-            if isinstance(item.obj, cls):
-                found.append(Manifest(item.file, item.line, item.position, item.obj))
-        return found
+        """The loaded objects of one model class, in order of appearance: the very entries (they
+        are frozen), not copies; a cycle asks this seven times of every object it converts."""
+        return [cast("Manifest[ObjectT]", item) for item in self.manifests if isinstance(item.obj, cls)]
 
 
 def load_manifests(path: str | Path) -> ManifestSet:

@@ -17,8 +17,21 @@ NO_EXTRA: frozenset[int] = frozenset()
 def tasks_to_allocate(
     session: Session, job: Job, extra_pending: frozenset[int] | set[int] = NO_EXTRA
 ) -> list[Task]:
-    """`extra_pending`: uids of evicted tasks a victim simulation may place again."""
-    return _collect(session, job.root, extra_pending)
+    """`extra_pending`: uids of evicted tasks a victim simulation may place again.
+
+    Without extra tasks the answer is remembered until a task of the job moves: it reads only
+    the job's own tasks (their statuses, order keys of their specs, SubGroup order keys of the
+    job's own counts), and every action asks it of each pending job several times (ordering,
+    pre-checks, the policy), a quarter of a full cluster's cycle before.
+    """
+    if extra_pending:
+        return _collect(session, job.root, extra_pending)
+    moves = session.job_moves(job)
+    known = session.gang_tasks.get(job)
+    if known is None or known[0] != moves:
+        known = (moves, _collect(session, job.root, NO_EXTRA))
+        session.gang_tasks[job] = known
+    return list(known[1])
 
 
 def _collect(session: Session, node: SubGroupSet, extra: frozenset[int] | set[int]) -> list[Task]:

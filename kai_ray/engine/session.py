@@ -56,6 +56,9 @@ class Session:
         self._charges: dict[int, np.ndarray] = {}
         self._queue_keys: dict[tuple[str, int, bytes], OrderKey] = {}
         self._task_keys: dict[int, OrderKey] = {}
+        self._job_moves: dict[Job, int] = {}
+        self.gang_tasks: dict[Job, tuple[int, list[Task]]] = {}
+        """Job → (its `job_moves` then, the tasks `gang.tasks_to_allocate` found): see there."""
         self.simulating = False
         self._in_session = False
         memories = [m for m in snapshot.nodes.gpu_memory if m > DEFAULT_GPU_MEMORY_MIB]
@@ -101,8 +104,13 @@ class Session:
         self._remove(task)
         task.status, task.node, task.groups = placement.status, placement.node, placement.groups
         self._add(task)
+        self._job_moves[task.job] = self._job_moves.get(task.job, 0) + 1
         if placement.status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED):
             self.placed_by[task.uid] = self.current_action
+
+    def job_moves(self, job: Job) -> int:
+        """How many times a task of the job moved this session: what it depends on changed."""
+        return self._job_moves.get(job, 0)
 
     def _add(self, task: Task) -> None:
         self.nodes.add(task)
