@@ -63,6 +63,9 @@ class Call:
 class FakeService:
     """An in-memory stand-in for `kai_ray.service.api.SchedulerService`."""
 
+    answers_from_memory = False
+    """Its calls can be held (`hold`) to test deadlines: they must not block the server's loop."""
+
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self.calls: list[Call] = []

@@ -28,13 +28,14 @@ import hashlib
 import hmac
 import logging
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from kai_ray.server.grpc_handlers import Behavior, replace_behavior, with_prelude
 from kai_ray.service.caller import ANYONE, Caller
 
 __all__ = [
@@ -209,7 +210,7 @@ _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("kai_ray_grpc_c
 
 
 def current_caller() -> Caller:
-    """The caller of the RPC being served on this thread; `ANYONE` on a server without tokens.
+    """The caller of the RPC being served (in its task); `ANYONE` on a server without tokens.
 
     Read it at the start of a handler, before returning a response iterator: the binding lasts
     for the handler call (`bound_caller`).
@@ -229,32 +230,30 @@ def bound_caller(caller: Caller) -> Iterator[None]:
 
 # ---------------------------------------------------------------------------------------- interceptor
 
-_Behavior = Callable[[Any, Any], Any]
-
-
-class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
+class TokenAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
     """Requires a known bearer token on every call except `OPEN_METHOD_PREFIXES`.
 
     Runs for every service on the server, so a service added later is protected without opting
     in.  The token is checked when the call arrives (it is in the headers); the handler is then
-    wrapped so that it runs with the token's `Caller` bound (`current_caller`), on whichever
-    worker thread grpc gives it.  A refused call gets a handler of the same shape that aborts
-    with UNAUTHENTICATED, so the client sees a clean status for unary and streaming methods
-    alike.
+    wrapped so that it runs with the token's `Caller` bound (`current_caller`).  A refused call
+    gets a handler of the same shape that aborts with UNAUTHENTICATED, so the client sees a clean
+    status for unary and streaming methods alike.
     """
 
     def __init__(self, tokens: TokenTable) -> None:
         self._tokens = tokens
 
-    def intercept_service(self, continuation: Callable[[Any], Any], handler_call_details: Any) -> Any:
-        handler = continuation(handler_call_details)
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
+    ) -> Any:
+        handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
         if handler is None or method.startswith(OPEN_METHOD_PREFIXES):
             return handler
         caller, problem = self._authenticate(handler_call_details.invocation_metadata or ())
         if caller is None:
-            return _replace_behavior(handler, lambda _behavior: _refuse(method, problem))
-        return _replace_behavior(handler, lambda behavior: _with_caller(behavior, caller))
+            return replace_behavior(handler, lambda _behavior: _refuse(method, problem))
+        return replace_behavior(handler, lambda behavior: _with_caller(behavior, caller))
 
     def _authenticate(self, metadata: Sequence[tuple[str, str | bytes]]) -> tuple[Caller | None, str]:
         """(caller, "") or (None, why not); the reason never contains the token."""
@@ -274,34 +273,19 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]  # grp
         return caller, ""
 
 
-def _with_caller(behavior: _Behavior, caller: Caller) -> _Behavior:
-    def run(request: Any, context: Any) -> Any:
-        with bound_caller(caller):
-            return behavior(request, context)
+def _with_caller(behavior: Behavior, caller: Caller) -> Behavior:
+    """Each RPC is its own task, so the binding is that call's own."""
 
-    return run
+    async def bind(_request: Any, _context: Any) -> contextlib.AbstractContextManager[None]:
+        return bound_caller(caller)
+
+    return with_prelude(behavior, bind)
 
 
-def _refuse(method: str, problem: str) -> _Behavior:
-    def refuse(_request: Any, context: Any) -> Any:
+def _refuse(method: str, problem: str) -> Behavior:
+    async def refuse(_request: Any, context: Any) -> Any:
         # Logged per call without the metadata; RepeatFilter (server/logs.py) folds floods.
         log.warning("refused %s from %s: %s", method, context.peer(), problem)
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, problem)
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, problem)
 
     return refuse
-
-
-def _replace_behavior(handler: Any, wrap: Callable[[_Behavior], _Behavior]) -> Any:
-    """A copy of ``handler`` (a grpc.RpcMethodHandler) with its one behavior replaced."""
-    make = {
-        (False, False): (grpc.unary_unary_rpc_method_handler, handler.unary_unary),
-        (False, True): (grpc.unary_stream_rpc_method_handler, handler.unary_stream),
-        (True, False): (grpc.stream_unary_rpc_method_handler, handler.stream_unary),
-        (True, True): (grpc.stream_stream_rpc_method_handler, handler.stream_stream),
-    }
-    factory, behavior = make[(bool(handler.request_streaming), bool(handler.response_streaming))]
-    return factory(
-        wrap(behavior),
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )

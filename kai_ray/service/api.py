@@ -44,6 +44,10 @@ class SchedulerService:
         self.workloads = WorkloadTracker(backend, self.events)
         self._submit_lock = threading.Lock()
 
+    @property
+    def answers_from_memory(self) -> bool:
+        return bool(getattr(self.backend, "answers_from_memory", False))
+
     # ------------------------------------------------------------------ workloads
     def submit_workload(self, request: pb.SubmitWorkloadRequest, caller: Caller) -> pb.SubmitWorkloadResponse:
         # One submit at a time: the name check and the create must not interleave with another

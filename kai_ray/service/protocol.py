@@ -27,6 +27,12 @@ class SchedulerServiceLike(Protocol):
     away or the server stops.
     """
 
+    @property
+    def answers_from_memory(self) -> bool:
+        """True when no call but ``what_if`` does I/O or waits long (a lock held only briefly is
+        fine): the transport then makes the calls on its event loop, not on worker threads."""
+        ...
+
     def submit_workload(
         self, request: pb.SubmitWorkloadRequest, caller: Caller
     ) -> pb.SubmitWorkloadResponse: ...

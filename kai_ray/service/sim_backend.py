@@ -120,6 +120,10 @@ class SimSourceError(Exception):
 class SimBackend:
     """An in-memory cluster that schedules itself.  Thread-safe."""
 
+    answers_from_memory = True
+    """No operation does I/O, and its locks are never held while the engine runs: the API may
+    serve it from its event loop (`SchedulerServiceLike.answers_from_memory`)."""
+
     def __init__(
         self,
         objects: Iterable[ApiObject],

@@ -51,6 +51,20 @@ def test_gang_grows_one_at_a_time_after_its_minimum_is_allocated_in_session() ->
     assert names_to_allocate(session, "j") == ["j-4"]
 
 
+def test_remembered_gang_tasks_follow_a_rollback_and_ignore_callers_edits() -> None:
+    state = cluster().node("n1", gpus=8).queue("q").job("j", queue="q", gpus=1, pods=6, min_member=4).build()
+    session = open_session(state)
+    job = find_job(session, "j")
+    first = tasks_to_allocate(session, job)
+    first.clear()  # the caller's list, not the remembered one
+    statement = Statement(session)
+    for task in tasks_to_allocate(session, job):
+        statement.allocate(task, 0)
+    assert names_to_allocate(session, "j") == ["j-4"]
+    statement.discard()
+    assert names_to_allocate(session, "j") == ["j-0", "j-1", "j-2", "j-3"]
+
+
 def test_broken_gang_asks_only_for_what_it_is_missing() -> None:
     """Example 9: failures leave 3 of minimum 4 active; allocate tries to restore the gang with 1 task."""
     state = (
