@@ -86,6 +86,8 @@ DEFAULT_MAX_WATCH_STREAMS = 512
 UNARY_WORKERS = 64
 #: How long `RunningServer.stop` waits for grpc to wind down after the grace period.
 _STOP_SLACK_SECONDS = 5.0
+#: How long `start_grpc_server` waits for the server to listen (binding, TLS set-up).
+_START_TIMEOUT_SECONDS = 30.0
 _INTERNAL_MESSAGE = "internal error in the kai-ray server (details are in its log)"
 
 
@@ -292,8 +294,15 @@ class _WatchFeed:
 
 
 def _close_after(running: Future[object] | None, iterator: Iterator[object]) -> None:
+    """Once no `next` runs, one more lets the iterator see `stop` and return as the protocol
+    says it does (a stream cancelled between two events left it waiting at a yield); closing
+    it then ends one that did not."""
     if running is not None:
         futures.wait([running])
+    try:
+        next(iterator, None)
+    except Exception:
+        log.debug("a watch iterator failed while ending", exc_info=True)
     close = getattr(iterator, "close", None)
     if close is not None:
         close()
@@ -307,9 +316,10 @@ class _Undecodable:
 
 
 class DecodeGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
-    """A body that does not decode gets INTERNAL ("the request is not a ..."), grpc's status for a
-    message it cannot parse, with one log line; grpc's asyncio server would answer UNKNOWN and
-    log a traceback per call, an easy flood for a broken or hostile client."""
+    """A body that does not decode gets INTERNAL ("the request of METHOD does not decode"), the
+    status grpc's thread-pool server gave a message it could not parse, and one log line; grpc's
+    asyncio server would answer UNKNOWN and log a traceback per call, an easy flood for a broken
+    or hostile client."""
 
     async def intercept_service(
         self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
@@ -385,9 +395,10 @@ class RunningServer:
             self.loop.call(self._shutdown(grace), (grace or 0.0) + _STOP_SLACK_SECONDS)
         except TimeoutError:
             log.warning("the gRPC server did not stop within %.1fs of its grace period", _STOP_SLACK_SECONDS)
-        self.loop.close()
-        for pool in self.pools:
-            pool.shutdown(wait=False, cancel_futures=True)
+        finally:
+            self.loop.close()
+            for pool in self.pools:
+                pool.shutdown(wait=False, cancel_futures=True)
 
     async def _shutdown(self, grace: float | None) -> None:
         await self.health.enter_graceful_shutdown()
@@ -406,7 +417,8 @@ class RunningServer:
 
 
 class ServerLoop:
-    """An asyncio event loop on a thread of its own, for a server started from blocking code."""
+    """An asyncio event loop on a thread of its own: `serve`, the bench and the tests start and
+    stop the server from blocking code, which talks to the loop only through `call` and `close`."""
 
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
@@ -466,7 +478,7 @@ def start_grpc_server(
     try:
         server, health_servicer, port = loop.call(
             _serve(servicer, address, credentials, tokens, max_message_bytes, max_watch_streams),
-            _STOP_SLACK_SECONDS * 6,
+            _START_TIMEOUT_SECONDS,
         )
     except BaseException:
         loop.close()
