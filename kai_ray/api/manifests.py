@@ -176,38 +176,58 @@ _Key = tuple[str, str, str]
 _ProblemAt = Callable[[str, str], ManifestProblem]
 
 
-class _Loader:
-    """Accumulates objects and problems over many files, remembering keys to catch duplicates."""
+def validate_object(data: Any, file: str, line: int = 0) -> tuple[ApiObject | None, list[ManifestProblem]]:
+    """One parsed object checked against its model: the model, or None and why not.
+
+    Apart from `ManifestCollector` so that a reader holding objects across cycles validates
+    each version once (`kai_ray.cluster.kube.models`) and still collects like the loader.
+    """
+    problems: list[ManifestProblem] = []
+    if not isinstance(data, dict):
+        message = f"expected a Kubernetes object (a mapping), got {type(data).__name__}"
+        return None, [ManifestProblem(file, message=message, line=line)]
+    kind, namespace, name = _identity(data)
+
+    def problem(field: str, message: str) -> ManifestProblem:
+        return ManifestProblem(file, kind, namespace, name, field, message)
+
+    return _validate(data, kind, problem, problems), problems
+
+
+class ManifestCollector:
+    """Validated objects gathered into a `ManifestSet` in order, a second object of the same
+    kind, namespace and name refused as a problem (the first is kept)."""
 
     def __init__(self) -> None:
         self.result = ManifestSet()
         self._seen: dict[_Key, Manifest[ApiObject]] = {}
+
+    def add(self, obj: ApiObject, file: str, line: int = 0) -> None:
+        first = self._seen.get(_key(obj))
+        if first is not None:
+            message = f"defined twice; keeping the one from {first.file}"
+            meta = obj.metadata
+            self.result.problems.append(
+                ManifestProblem(file, obj.kind, meta.namespace or "", meta.name, "metadata.name", message)
+            )
+            return
+        manifest: Manifest[ApiObject] = Manifest(file, line, len(self.result.manifests), obj)
+        self._seen[_key(obj)] = manifest
+        self.result.manifests.append(manifest)
+
+
+class _Loader(ManifestCollector):
+    """Accumulates objects and problems over many files, remembering keys to catch duplicates."""
 
     def load_text(self, text: str, file: str) -> None:
         for sourced in _read_text(text, file, self.result.problems):
             self._load_object(sourced.data, sourced.file, sourced.line)
 
     def _load_object(self, data: Any, file: str, line: int) -> None:
-        if not isinstance(data, dict):
-            message = f"expected a Kubernetes object (a mapping), got {type(data).__name__}"
-            self.result.problems.append(ManifestProblem(file, message=message, line=line))
-            return
-        kind, namespace, name = _identity(data)
-
-        def problem(field: str, message: str) -> ManifestProblem:
-            return ManifestProblem(file, kind, namespace, name, field, message)
-
-        obj = _validate(data, kind, problem, self.result.problems)
-        if obj is None:
-            return
-        first = self._seen.get(_key(obj))
-        if first is not None:
-            message = f"defined twice; keeping the one from {first.file}"
-            self.result.problems.append(problem("metadata.name", message))
-            return
-        manifest: Manifest[ApiObject] = Manifest(file, line, len(self.result.manifests), obj)
-        self._seen[_key(obj)] = manifest
-        self.result.manifests.append(manifest)
+        obj, problems = validate_object(data, file, line)
+        self.result.problems.extend(problems)
+        if obj is not None:
+            self.add(obj, file, line)
 
 
 def _read_text(text: str, file: str, problems: list[ManifestProblem]) -> Iterator[SourcedObject]:

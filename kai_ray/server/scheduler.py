@@ -36,8 +36,9 @@ from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.fence import NotLeader
 from kai_ray.cluster.kube.grouping import PodGrouper, log_grouping
 from kai_ray.cluster.kube.leader import LeaderElector
+from kai_ray.cluster.kube.models import ModelCache
 from kai_ray.cluster.kube.reporting import ProblemReporter
-from kai_ray.cluster.kube.snapshot import snapshot
+from kai_ray.cluster.kube.snapshot import SOURCE, snapshot
 from kai_ray.cluster.kube.status import (
     EventWriter,
     OperationError,
@@ -146,6 +147,8 @@ class KubeScheduler:
             concurrency=self.concurrency,
             lookup=self.cache.get,
         )
+        self._models = ModelCache(SOURCE)
+        """The cache's objects as models, validated once per resourceVersion across cycles."""
         self._stop: threading.Event | None = None
         self._elector: LeaderElector | None = None
         self._cycle_listeners: list[CycleListener] = []
@@ -191,7 +194,7 @@ class KubeScheduler:
             if self.metrics is not None:
                 self.metrics.grouping.observe(grouped)
         phases.lap("group")
-        state, problems = snapshot(self.cache)
+        state, problems = snapshot(self.cache, models=self._models)
         phases.lap("snapshot")
         reported = self.reporter.report(problems)
         phases.lap("report")

@@ -56,7 +56,16 @@ from kai_ray.api.constants import (
 )
 from kai_ray.convert import occupancy_only
 
-__all__ = ["FOREIGN_POD", "KINDS", "RESOURCES", "CacheContents", "ClusterCache", "Resource"]
+__all__ = [
+    "FOREIGN_POD",
+    "KINDS",
+    "RESOURCES",
+    "CacheContents",
+    "CacheEntries",
+    "CachedObject",
+    "ClusterCache",
+    "Resource",
+]
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +139,25 @@ class CacheContents:
 class _Entry:
     resource_version: str
     text: str
+
+
+@dataclass(frozen=True)
+class CachedObject:
+    """One cached object unparsed: its namespace ("" when cluster-scoped), name,
+    resourceVersion and JSON text."""
+
+    namespace: str
+    name: str
+    resource_version: str
+    text: str
+
+
+@dataclass(frozen=True)
+class CacheEntries:
+    """`CacheContents` unparsed: several kinds read at one `generation`."""
+
+    generation: int
+    objects: Mapping[str, list[CachedObject]]
 
 
 class _Expired(Exception):
@@ -306,12 +334,24 @@ class ClusterCache:
 
     def contents(self, kinds: Iterable[str] | None = None) -> CacheContents:
         """Several kinds read at one generation, so a snapshot never mixes two moments."""
+        read = self.entries(kinds)
+        parsed = {kind: [_loads(entry.text) for entry in items] for kind, items in read.objects.items()}
+        return CacheContents(read.generation, parsed)
+
+    def entries(self, kinds: Iterable[str] | None = None) -> CacheEntries:
+        """`contents` unparsed, with each object's resourceVersion: for a reader that parses only
+        what changed since its last read (`kai_ray.cluster.kube.models.ModelCache`)."""
         wanted = self._kinds if kinds is None else tuple(kinds)
         with self._cond:
             stores = {kind: self._stores.get(kind, {}) for kind in wanted}
-            texts = {kind: [store[key].text for key in sorted(store)] for kind, store in stores.items()}
-            generation = self._generation
-        return CacheContents(generation, {kind: [_loads(t) for t in items] for kind, items in texts.items()})
+            items = {
+                kind: [
+                    CachedObject(namespace, name, entry.resource_version, entry.text)
+                    for (namespace, name), entry in sorted(store.items())
+                ]
+                for kind, store in stores.items()
+            }
+            return CacheEntries(self._generation, items)
 
     def sizes(self) -> dict[str, int]:
         """Objects held per kind (the cache's memory follows the cluster, never its history)."""

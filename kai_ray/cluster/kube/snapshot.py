@@ -16,11 +16,11 @@ counts on that node.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from kai_ray.api import ManifestProblem
 from kai_ray.cluster.kube.cache import FOREIGN_POD, ClusterCache
-from kai_ray.convert import cluster_from_objects
+from kai_ray.cluster.kube.models import ModelCache
+from kai_ray.convert import cluster_from_manifest_set
 from kai_ray.model.objects import ClusterState
 
 __all__ = ["SOURCE", "snapshot"]
@@ -32,19 +32,19 @@ SOURCE = "cluster"
 _ORDER = ("Queue", "PriorityClass", "Topology", "Node", "PodGroup", "BindRequest", "Pod", FOREIGN_POD)
 
 
-def snapshot(cache: ClusterCache, now: float | None = None) -> tuple[ClusterState, list[ManifestProblem]]:
+def snapshot(
+    cache: ClusterCache, now: float | None = None, models: ModelCache | None = None
+) -> tuple[ClusterState, list[ManifestProblem]]:
     """Convert the cache's current contents; `now` defaults to the wall clock (epoch seconds).
 
-    Reads one consistent `cache.contents()`, never the API server. Problems are
-    returned, never raised.
+    Reads one consistent `cache.entries()`, never the API server. Problems are returned, never
+    raised.  ``models``: the reader's models from its previous reads (a scheduler keeps one), so
+    only objects whose resourceVersion moved are parsed and validated again.
     """
-    contents = cache.contents()
-    objects: list[dict[str, Any]] = []
-    for kind in _ORDER:
-        objects.extend(contents.objects.get(kind, []))
-    return cluster_from_objects(
-        objects,
-        source=SOURCE,
+    objects = (models or ModelCache(SOURCE)).load(cache.entries(_ORDER), _ORDER)
+    return cluster_from_manifest_set(
+        objects.loaded,
         now=time.time() if now is None else now,
         scheduler_name=cache.scheduler_name,
+        occupants=objects.occupants,
     )

@@ -1,0 +1,98 @@
+"""The scheduler's models of the cache: what `convert.cluster_from_objects` makes of the same
+objects, each object parsed and validated once per resourceVersion (issue 12)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from manifest_builders import node, pod, podgroup, queue
+
+from kai_ray.cluster.kube.cache import CachedObject, CacheEntries
+from kai_ray.cluster.kube.models import ModelCache
+from kai_ray.convert import cluster_from_manifest_set, cluster_from_objects
+
+pytestmark = pytest.mark.unit
+
+KINDS = ("Queue", "Node", "PodGroup", "Pod")
+
+
+def cached(objects: list[dict[str, Any]], versions: dict[str, str] | None = None) -> CacheEntries:
+    """The objects as the cache holds them, by kind and key; resourceVersion "1" unless given."""
+    by_kind: dict[str, list[CachedObject]] = {}
+    for obj in objects:
+        meta = obj["metadata"]
+        version = (versions or {}).get(meta["name"], "1")
+        item = CachedObject(meta.get("namespace", ""), meta["name"], version, json.dumps(obj))
+        by_kind.setdefault(obj["kind"], []).append(item)
+    return CacheEntries(
+        1, {kind: sorted(items, key=lambda i: (i.namespace, i.name)) for kind, items in by_kind.items()}
+    )
+
+
+def cluster() -> list[dict[str, Any]]:
+    strange = pod("strange", gpus=8, tolerations=[{"key": "k", "value": 5}])  # the models reject it
+    strange["spec"]["nodeName"] = "n1"
+    strange["status"] = {"phase": "Running"}
+    return [
+        queue("team-a", gpu=16),
+        node("n1", gpus=8),
+        node("n2", gpus=8),
+        podgroup("p"),
+        pod("p", gpus=8, group="p"),
+        strange,
+    ]
+
+
+def ordered(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(
+        objects,
+        key=lambda o: (KINDS.index(o["kind"]), o["metadata"].get("namespace", ""), o["metadata"]["name"]),
+    )
+
+
+def test_the_models_convert_as_the_objects_do() -> None:
+    objects = cluster()
+    loaded = ModelCache("cluster").load(cached(objects), KINDS)
+    state, problems = cluster_from_manifest_set(loaded.loaded, now=0.0, occupants=loaded.occupants)
+    expected_state, expected_problems = cluster_from_objects(ordered(objects), source="cluster", now=0.0)
+    assert state == expected_state
+    assert problems == expected_problems
+    assert [(h.key, h.task.gpu, h.task.node) for h in state.held] == [("team-a/strange", 8, "n1")]
+
+
+def test_an_unchanged_version_is_the_same_model_and_a_new_one_is_rebuilt() -> None:
+    models = ModelCache("cluster")
+    first = {m.obj.metadata.name: m.obj for m in models.load(cached(cluster()), KINDS).loaded.manifests}
+    changed = cluster()
+    changed[1]["metadata"]["labels"] = {"zone": "a"}  # node n1, a new version
+    again = {
+        m.obj.metadata.name: m.obj
+        for m in models.load(cached(changed, versions={"n1": "2"}), KINDS).loaded.manifests
+    }
+    assert again["n2"] is first["n2"] and again["p"] is first["p"]
+    assert again["n1"] is not first["n1"] and again["n1"].metadata.labels == {"zone": "a"}
+
+
+def test_objects_without_a_version_are_rebuilt_and_gone_ones_forgotten() -> None:
+    models = ModelCache("cluster")
+    unversioned = models.load(cached(cluster(), versions={"n2": ""}), KINDS).loaded.manifests
+    again = models.load(cached(cluster(), versions={"n2": ""}), KINDS).loaded.manifests
+    assert next(m.obj for m in again if m.obj.metadata.name == "n2") is not next(
+        m.obj for m in unversioned if m.obj.metadata.name == "n2"
+    )
+    assert len(models) == 6
+    models.load(cached(cluster()[:3]), KINDS)
+    assert len(models) == 3
+
+
+def test_a_second_object_of_the_same_identity_is_refused_as_the_loader_does() -> None:
+    twin = node("n1", gpus=4)
+    entries = cached([node("n1", gpus=8)])
+    doubled = CacheEntries(
+        1, {"Node": [*entries.objects["Node"], CachedObject("", "n1", "7", json.dumps(twin))]}
+    )
+    loaded = ModelCache("cluster").load(doubled, KINDS).loaded
+    assert len(loaded.manifests) == 1
+    assert [p.message for p in loaded.problems] == ["defined twice; keeping the one from cluster"]
