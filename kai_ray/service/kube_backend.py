@@ -42,7 +42,6 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import urllib3
@@ -52,9 +51,9 @@ from kubernetes.client.exceptions import ApiException
 from kai_ray.api import ApiObject
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.constants import PODGROUP_API_VERSION, SCHEDULER_NAME
-from kai_ray.api.manifests import load_manifest_objects
 from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.fence import FencedApiClient, NotLeader
+from kai_ray.cluster.kube.models import ModelCache
 from kai_ray.cluster.kube.snapshot import SOURCE
 from kai_ray.server.scheduler import CycleListener, PlannedCycle
 from kai_ray.service.backend import (
@@ -103,13 +102,6 @@ class SchedulerLike(Protocol):
     def add_cycle_listener(self, listener: CycleListener) -> None: ...
 
 
-@dataclass(frozen=True)
-class _Model:
-    resource_version: str
-    obj: ApiObject | None
-    """None: the loader rejected the object (the cycle reports it as a problem); not in views."""
-
-
 class KubeBackend:
     """The `Backend` of a `KubeScheduler`.  Thread-safe; `close()` stops its threads.
 
@@ -146,7 +138,8 @@ class KubeBackend:
         self._cond = threading.Condition(self._lock)
         self._view_lock = threading.Lock()
         """Guards the models read from the cache (never taken while `_lock` is held)."""
-        self._models: dict[str, dict[NamespacedName, _Model]] = {}
+        self._models = ModelCache(SOURCE)
+        """The cache's objects as models, validated once per resourceVersion."""
         self._kinds: dict[str, dict[NamespacedName, ApiObject]] | None = None
         self._kinds_cache_generation = -1
         self._generation = 0
@@ -198,26 +191,10 @@ class KubeBackend:
         with self._view_lock:
             if self._kinds is not None and self._cache.generation == self._kinds_cache_generation:
                 return self._kinds
-            contents = self._cache.contents()
-            kinds: dict[str, dict[NamespacedName, ApiObject]] = {}
-            models: dict[str, dict[NamespacedName, _Model]] = {}
-            for kind, items in contents.objects.items():
-                known = self._models.get(kind, {})
-                fresh = models.setdefault(kind, {})
-                out = kinds.setdefault(kind, {})
-                for data in items:
-                    meta = data.get("metadata") or {}
-                    key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-                    version = str(meta.get("resourceVersion") or "")
-                    model = known.get(key)
-                    if model is None or model.resource_version != version or not version:
-                        model = _Model(version, _load(data))
-                    fresh[key] = model
-                    if model.obj is not None:
-                        out[key] = model.obj
-            self._models = models
+            entries = self._cache.entries()
+            kinds = self._models.by_kind(entries)
             self._kinds = kinds
-            self._kinds_cache_generation = contents.generation
+            self._kinds_cache_generation = entries.generation
             with self._lock:
                 self._generation += 1
             return kinds
@@ -516,11 +493,6 @@ class KubeBackend:
 
 
 # ---------------------------------------------------------------------------------- helpers
-
-
-def _load(data: Mapping[str, Any]) -> ApiObject | None:
-    loaded = load_manifest_objects([dict(data)], SOURCE)
-    return loaded.manifests[0].obj if loaded.manifests else None
 
 
 def _key(kind: str, data: Mapping[str, Any]) -> ObjectKey:

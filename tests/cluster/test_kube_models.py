@@ -87,12 +87,22 @@ def test_objects_without_a_version_are_rebuilt_and_gone_ones_forgotten() -> None
     assert len(models) == 3
 
 
-def test_a_second_object_of_the_same_identity_is_refused_as_the_loader_does() -> None:
-    twin = node("n1", gpus=4)
-    entries = cached([node("n1", gpus=8)])
-    doubled = CacheEntries(
-        1, {"Node": [*entries.objects["Node"], CachedObject("", "n1", "7", json.dumps(twin))]}
-    )
-    loaded = ModelCache("cluster").load(doubled, KINDS).loaded
-    assert len(loaded.manifests) == 1
+def test_a_pod_in_two_kinds_is_refused_the_second_time_as_the_loader_does() -> None:
+    """Our pods and other schedulers' are followed apart; should one pod be in both (the API
+    changed its scheduler), the second is refused as a duplicate, not counted twice."""
+    ours = CachedObject("team-a", "p", "1", json.dumps(pod("p", gpus=1)))
+    theirs = CachedObject("team-a", "p", "2", json.dumps(pod("p", gpus=1, schedulerName="other")))
+    entries = CacheEntries(1, {"Pod": [ours], "ForeignPod": [theirs]})
+    loaded = ModelCache("cluster").load(entries, ("Pod", "ForeignPod")).loaded
+    assert len(loaded.manifests) == 1 and loaded.manifests[0].obj.spec.scheduler_name == "kai-scheduler"
     assert [p.message for p in loaded.problems] == ["defined twice; keeping the one from cluster"]
+
+
+def test_by_kind_keeps_the_caches_kind_names_and_leaves_rejected_objects_out() -> None:
+    objects = cluster()
+    entries = cached(objects)
+    foreign = CachedObject("other", "web", "3", json.dumps(pod("web", ns="other", gpus=1)))
+    tables = ModelCache("cluster").by_kind(CacheEntries(1, {**entries.objects, "ForeignPod": [foreign]}))
+    assert sorted(tables) == ["ForeignPod", "Node", "Pod", "PodGroup", "Queue"]
+    assert sorted(tables["Pod"]) == [("team-a", "p")]  # "strange" is rejected: no model
+    assert list(tables["ForeignPod"]) == [("other", "web")]

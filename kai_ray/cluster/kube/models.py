@@ -59,26 +59,41 @@ class ModelCache:
 
     def load(self, entries: CacheEntries, kinds: Sequence[str]) -> LoadedObjects:
         """``kinds`` in this order (the order problems are reported in), each ordered by key."""
+        collector = ManifestCollector()
+        occupants: list[Manifest[Pod]] = []
+        for (_kind, _namespace, _name), version in self._refresh(entries, kinds).items():
+            collector.result.problems.extend(version.problems)
+            if version.obj is not None:
+                collector.add(version.obj, self._source)
+            elif version.occupant is not None:
+                occupants.append(Manifest(self._source, 0, len(occupants), version.occupant))
+        return LoadedObjects(collector.result, occupants)
+
+    def by_kind(self, entries: CacheEntries) -> dict[str, dict[tuple[str, str], ApiObject]]:
+        """Every kind read, as the cache names it (other schedulers' pods apart), (namespace,
+        name) → model; objects the models reject are left out (a cycle reports them)."""
+        tables: dict[str, dict[tuple[str, str], ApiObject]] = {kind: {} for kind in entries.objects}
+        for (kind, namespace, name), version in self._refresh(entries, list(entries.objects)).items():
+            if version.obj is not None:
+                tables[kind][(namespace, name)] = version.obj
+        return tables
+
+    def _refresh(self, entries: CacheEntries, kinds: Sequence[str]) -> dict[tuple[str, str, str], _Version]:
+        """The models of ``kinds``' objects, in order, built anew where the version moved; they
+        become what the next read compares with (objects gone are forgotten)."""
         with self._lock:
             known = self._versions
         current: dict[tuple[str, str, str], _Version] = {}
-        collector = ManifestCollector()
-        occupants: list[Manifest[Pod]] = []
         for kind in kinds:
             for item in entries.objects.get(kind, []):
                 key = (kind, item.namespace, item.name)
                 version = known.get(key)
-                if version is None or not _same_version(version, item):
-                    version = self._build(item)
-                current[key] = version
-                collector.result.problems.extend(version.problems)
-                if version.obj is not None:
-                    collector.add(version.obj, self._source)
-                elif version.occupant is not None:
-                    occupants.append(Manifest(self._source, 0, len(occupants), version.occupant))
+                current[key] = (
+                    version if version is not None and _same_version(version, item) else self._build(item)
+                )
         with self._lock:
             self._versions = current
-        return LoadedObjects(collector.result, occupants)
+        return current
 
     def __len__(self) -> int:
         with self._lock:
