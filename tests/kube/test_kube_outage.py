@@ -112,9 +112,12 @@ def stacks_of(serve: Serve) -> str:
     serve.proc.send_signal(signal.SIGUSR1)
     # The main thread is the oldest, so it comes last, and its bottom frame is the script's
     # `<module>`: seeing that line means the whole dump is in the log.
+    # 30 s, not 10: once, on a loaded CI run, the whole dump was not in the log after 10 s
+    # (cause not found: faulthandler writes straight to the stderr file; 16 threads, far from
+    # its 100-thread limit).
     wait_until(
         lambda: any("in <module>" in str(e.get("raw", "")) for e in serve.entries()[before:]),
-        10,
+        30,
         "a whole stack dump",
     )
     return "\n".join(str(e.get("raw", e.get("message", ""))) for e in serve.entries()[-200:])
