@@ -9,7 +9,6 @@ from kai_ray.convert.cluster import (
     JobContext,
     cluster_from_manifest_set,
     cluster_from_manifests,
-    cluster_from_objects,
     job_problems,
     occupancy_only,
 )
@@ -20,7 +19,6 @@ __all__ = [
     "Priorities",
     "cluster_from_manifest_set",
     "cluster_from_manifests",
-    "cluster_from_objects",
     "job_problems",
     "occupancy_only",
 ]

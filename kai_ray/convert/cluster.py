@@ -40,7 +40,6 @@ from kai_ray.api import (
     load_manifests,
 )
 from kai_ray.api.constants import SCHEDULER_NAME
-from kai_ray.api.manifests import load_manifest_objects
 from kai_ray.convert.common import convert_each, latest_time
 from kai_ray.convert.jobs import JobAssembler
 from kai_ray.convert.nodes import node_spec
@@ -53,7 +52,6 @@ __all__ = [
     "JobContext",
     "cluster_from_manifest_set",
     "cluster_from_manifests",
-    "cluster_from_objects",
     "job_problems",
     "occupancy_only",
 ]
@@ -62,28 +60,6 @@ __all__ = [
 def cluster_from_manifests(path: str | Path) -> tuple[ClusterState, list[ManifestProblem]]:
     """Load a YAML file or directory and convert it; problems are returned, never raised."""
     return cluster_from_manifest_set(load_manifests(path))
-
-
-def cluster_from_objects(
-    objects: Iterable[Mapping[str, Any]],
-    *,
-    source: str,
-    now: float,
-    scheduler_name: str = SCHEDULER_NAME,
-) -> tuple[ClusterState, list[ManifestProblem]]:
-    """Convert objects as an API server returns them (dicts); `source` names them in problems.
-
-    A pod the models reject (a field shaped in a way kai-ray does not expect) is
-    reported, and what it occupies is still counted from its containers alone.
-    """
-    raw = [dict(obj) for obj in objects]
-    loaded = load_manifest_objects(raw, source)
-    rejected = {(p.namespace, p.name) for p in loaded.problems if p.kind == "Pod"}
-    occupants = [occupancy_only(obj) for obj in raw if obj.get("kind") == "Pod" and _key(obj) in rejected]
-    extra = load_manifest_objects(occupants, source).of_type(Pod)
-    return cluster_from_manifest_set(
-        loaded, now=now, scheduler_name=scheduler_name, occupants=extra
-    )
 
 
 def cluster_from_manifest_set(

@@ -1,5 +1,6 @@
-"""The scheduler's models of the cache: what `convert.cluster_from_objects` makes of the same
-objects, each object parsed and validated once per resourceVersion (issue 12)."""
+"""The scheduler's models of the cache: every object converted as manifests are, a pod the models
+reject still counted on its node, each object parsed and validated once per resourceVersion
+(issue 12)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from typing import Any
 import pytest
 from manifest_builders import node, pod, podgroup, queue
 
+from kai_ray.api.config import SchedulerConfig
 from kai_ray.cluster.kube.cache import CachedObject, CacheEntries
 from kai_ray.cluster.kube.models import ModelCache
-from kai_ray.convert import cluster_from_manifest_set, cluster_from_objects
+from kai_ray.convert import cluster_from_manifest_set
+from kai_ray.engine.cycle import schedule
+from kai_ray.model.snapshot import compile_snapshot
 
 pytestmark = pytest.mark.unit
 
@@ -35,8 +39,11 @@ def cluster() -> list[dict[str, Any]]:
     strange = pod("strange", gpus=8, tolerations=[{"key": "k", "value": 5}])  # the models reject it
     strange["spec"]["nodeName"] = "n1"
     strange["status"] = {"phase": "Running"}
+    team = queue("team-a", gpu=16)
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}  # unset limits are 0 in KAI
+    team["spec"]["resources"].update(cpu=dict(unlimited), memory=dict(unlimited))
     return [
-        queue("team-a", gpu=16),
+        team,
         node("n1", gpus=8),
         node("n2", gpus=8),
         podgroup("p"),
@@ -45,21 +52,16 @@ def cluster() -> list[dict[str, Any]]:
     ]
 
 
-def ordered(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(
-        objects,
-        key=lambda o: (KINDS.index(o["kind"]), o["metadata"].get("namespace", ""), o["metadata"]["name"]),
-    )
-
-
-def test_the_models_convert_as_the_objects_do() -> None:
-    objects = cluster()
-    loaded = ModelCache("cluster").load(cached(objects), KINDS)
+def test_a_pod_the_models_reject_is_reported_and_still_counted() -> None:
+    loaded = ModelCache("cluster").load(cached(cluster()), KINDS)
     state, problems = cluster_from_manifest_set(loaded.loaded, now=0.0, occupants=loaded.occupants)
-    expected_state, expected_problems = cluster_from_objects(ordered(objects), source="cluster", now=0.0)
-    assert state == expected_state
-    assert problems == expected_problems
-    assert [(h.key, h.task.gpu, h.task.node) for h in state.held] == [("team-a/strange", 8, "n1")]
+    assert [(p.kind, p.name) for p in problems] == [("Pod", "strange")]
+    assert [(h.key, h.foreign, h.task.gpu, h.task.node) for h in state.held] == [
+        ("team-a/strange", False, 8, "n1")
+    ]
+    assert [job.name for job in state.jobs] == ["p"] and [n.name for n in state.nodes] == ["n1", "n2"]
+    plan = schedule(compile_snapshot(state), SchedulerConfig())
+    assert [(b.task, b.node) for b in plan.binds] == [("p", "n2")]  # n1 is full with the rejected pod
 
 
 def test_an_unchanged_version_is_the_same_model_and_a_new_one_is_rebuilt() -> None:

@@ -8,7 +8,6 @@ import pytest
 from manifest_builders import convert, node, pod, podgroup, queue
 
 from kai_ray.api.config import SchedulerConfig
-from kai_ray.convert import cluster_from_objects
 from kai_ray.engine.cycle import open_session, schedule
 from kai_ray.model.objects import ClusterState, TaskStatus
 from kai_ray.model.snapshot import compile_snapshot
@@ -71,22 +70,6 @@ def test_pods_we_cannot_interpret_still_hold_their_node() -> None:
     assert held == {"team-a/orphan-0": (False, 4), "team-a/bad-fraction": (False, 1)}
     # 8 GPUs - 4 (orphan) - 1 (unreadable fraction held as a whole device) leave 3: the 4-GPU pod waits.
     assert free_gpus_after(state, "new") == {}
-
-
-def test_a_pod_the_models_reject_is_reported_and_still_counted() -> None:
-    strange = running(pod("strange", gpus=8, tolerations=[{"key": "k", "value": 5}]))
-    objects = [
-        team("team-a", gpu=16),
-        node("n1", gpus=8),
-        node("n2", gpus=8),
-        strange,
-        podgroup("p"),
-        pod("p", gpus=8, group="p"),
-    ]
-    state, problems = cluster_from_objects(objects, source="cluster", now=0.0)
-    assert [p.name for p in problems] == ["strange"]
-    assert [(h.key, h.task.gpu, h.task.node) for h in state.held] == [("team-a/strange", 8, "n1")]
-    assert free_gpus_after(state, "p") == {"p": "n2"}
 
 
 def test_ungrouped_pods_wait_for_the_grouper_but_a_placed_one_counts() -> None:

@@ -7,10 +7,10 @@ changes, and the conversion's per-object memos (`kai_ray.identity_cache`) hit as
 very same models come back.  An object without a resourceVersion is parsed every time: nothing
 says it is unchanged.
 
-What comes out is what `convert.cluster_from_objects` would make of the same objects, in the
-same order: the objects the models accept, every problem, and for a pod they reject an
-occupancy-only model (what it holds on its node still counts).  Entries of objects that are no
-longer in the cache are dropped at each read, so memory follows the cluster.
+What comes out, for `convert.cluster_from_manifest_set`: the objects the models accept in the
+cache's order, every problem, and for a pod they reject an occupancy-only model (what it holds
+on its node still counts: a pod we cannot interpret is reported, never forgotten).  Entries of
+objects that are no longer in the cache are dropped at each read, so memory follows the cluster.
 """
 
 from __future__ import annotations
