@@ -5,6 +5,7 @@ reject still counted on its node, each object parsed and validated once per reso
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import pytest
@@ -108,3 +109,52 @@ def test_by_kind_keeps_the_caches_kind_names_and_leaves_rejected_objects_out() -
     assert sorted(tables) == ["ForeignPod", "Node", "Pod", "PodGroup", "Queue"]
     assert sorted(tables["Pod"]) == [("team-a", "p")]  # "strange" is rejected: no model
     assert list(tables["ForeignPod"]) == [("other", "web")]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_after_any_stream_of_changes_the_kept_models_convert_as_fresh_ones(seed: int) -> None:
+    """Random adds, updates (a new resourceVersion) and deletes of queues, nodes, PodGroups and
+    pods, some the models reject, some without a version: after every batch, converting the
+    models kept across batches gives the `ClusterState` and problems of models built afresh."""
+    rng = random.Random(seed)
+    store: dict[tuple[str, str], dict[str, Any]] = {}
+    versions: dict[str, str] = {}
+    revision = 0
+
+    def put(obj: dict[str, Any]) -> None:
+        nonlocal revision
+        revision += 1
+        name = obj["metadata"]["name"]
+        store[(obj["kind"], name)] = obj
+        versions[name] = "" if rng.random() < 0.1 else str(revision)
+
+    def random_object() -> dict[str, Any]:
+        choice = rng.randrange(4)
+        if choice == 0:
+            return queue(f"q{rng.randrange(2)}", gpu=rng.choice([8, 16]))
+        if choice == 1:
+            return node(f"n{rng.randrange(4)}", gpus=rng.choice([4, 8]))
+        group = f"g{rng.randrange(4)}"
+        if choice == 2:
+            return podgroup(group, queue=f"q{rng.randrange(2)}")
+        extra: dict[str, Any] = {"tolerations": [{"key": "k", "value": 5}]} if rng.random() < 0.15 else {}
+        body = pod(f"{group}-{rng.randrange(3)}", gpus=rng.choice([1, 2, 4]), group=group, **extra)
+        if rng.random() < 0.5:
+            body["spec"]["nodeName"] = f"n{rng.randrange(4)}"
+            body["status"] = {"phase": rng.choice(["Running", "Pending", "Succeeded"])}
+        return body
+
+    kept = ModelCache("cluster")
+    for _ in range(25):
+        for _ in range(rng.randrange(1, 6)):
+            if store and rng.random() < 0.25:
+                del store[rng.choice(sorted(store))]
+            else:
+                put(random_object())
+        entries = cached(list(store.values()), versions)
+        incremental = kept.load(entries, KINDS)
+        fresh = ModelCache("cluster").load(entries, KINDS)
+        assert cluster_from_manifest_set(
+            incremental.loaded, now=0.0, occupants=incremental.occupants
+        ) == cluster_from_manifest_set(fresh.loaded, now=0.0, occupants=fresh.occupants)
+        assert len(kept) == len(store)
