@@ -12,8 +12,9 @@ import pytest
 from manifest_builders import node, pod, podgroup, queue
 
 from kai_ray.api.config import SchedulerConfig
-from kai_ray.cluster.kube.cache import CachedObject, CacheEntries
+from kai_ray.cluster.kube.cache import CachedObject, CacheEntries, ClusterCache
 from kai_ray.cluster.kube.models import ModelCache
+from kai_ray.cluster.kube.snapshot import snapshot
 from kai_ray.convert import cluster_from_manifest_set
 from kai_ray.engine.cycle import schedule
 from kai_ray.model.snapshot import compile_snapshot
@@ -158,3 +159,33 @@ def test_after_any_stream_of_changes_the_kept_models_convert_as_fresh_ones(seed:
             incremental.loaded, now=0.0, occupants=incremental.occupants
         ) == cluster_from_manifest_set(fresh.loaded, now=0.0, occupants=fresh.occupants)
         assert len(kept) == len(store)
+
+
+def test_the_snapshot_keeps_the_readers_models_from_its_first_read() -> None:
+    """The scheduler hands `snapshot` its models, empty at first: they must fill then and serve
+    the next read (an empty model cache is still the caller's, not a reason for a fresh one)."""
+    cache = ClusterCache(None)
+    for obj in cluster():
+        cache.apply_event(
+            "ADDED", obj["kind"], {**obj, "metadata": {**obj["metadata"], "resourceVersion": "7"}}
+        )
+    models = ModelCache("cluster")
+    first, _ = snapshot(cache, now=0.0, models=models)
+    assert len(models) == len(cluster())
+    again, _ = snapshot(cache, now=0.0, models=models)
+    assert again == first
+
+
+def test_watch_events_applied_in_process_change_the_cache_as_a_watch_does() -> None:
+    cache = ClusterCache(None)
+    body = {**node("n1"), "metadata": {"name": "n1", "resourceVersion": "5"}}
+    assert cache.apply_event("ADDED", "Node", dict(body))
+    assert not cache.apply_event("MODIFIED", "Node", dict(body))  # same version: nothing new
+    foreign = pod("web", gpus=1, schedulerName="other")  # not ours, and on no node: not followed
+    assert not cache.apply_event("ADDED", "Pod", foreign) and not cache.apply_event(
+        "ADDED", "ForeignPod", foreign
+    )
+    assert cache.apply_event("DELETED", "Node", {**body, "metadata": {"name": "n1", "resourceVersion": "6"}})
+    assert cache.sizes()["Node"] == 0
+    with pytest.raises(ValueError, match="unknown watch event type 'BOOKMARK'"):
+        cache.apply_event("BOOKMARK", "Node", dict(body))

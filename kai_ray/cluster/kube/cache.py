@@ -125,6 +125,7 @@ _BACKOFF_START = 0.1
 _BACKOFF_MAX = 5.0
 _MISSING_KIND_RETRY = 30.0
 _TOMBSTONES = 10_000
+WATCH_EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED")
 
 
 @dataclass(frozen=True)
@@ -395,6 +396,23 @@ class ClusterCache:
             return False
         return self._delete(kind, _normalise(dict(obj), RESOURCES[kind]))
 
+    def apply_event(self, event_type: str, kind: str, obj: dict[str, Any]) -> bool:
+        """Apply one watch event (ADDED, MODIFIED or DELETED) of `kind`, the cache's name for it,
+        as a watcher does; returns whether the cache changed.
+
+        The watchers' one entry, public so that an in-process driver (the churn benchmark,
+        tests) feeds the cache exactly as a watch would, without an API server.
+        """
+        if kind not in self._stores:
+            return False
+        data = _normalise(obj, RESOURCES[kind])
+        if event_type == "DELETED":
+            return self._delete(kind, data)
+        if event_type not in WATCH_EVENT_TYPES:
+            raise ValueError(f"unknown watch event type {event_type!r}; known: {', '.join(WATCH_EVENT_TYPES)}")
+        # The watch's selectors filter on the server; what still slips through is left out.
+        return self._wanted(kind, data) and self._upsert(kind, data)
+
     # ---------------------------------------------------------------- for the watchers
     def _wanted(self, kind: str, data: Mapping[str, Any]) -> bool:
         meta = data.get("metadata") or {}
@@ -634,12 +652,8 @@ class _Watcher:
                 raise _Expired(str(obj.get("message") or "resource version expired"))
             raise ApiException(status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}")
         rv = (obj.get("metadata") or {}).get("resourceVersion")
-        if kind in ("ADDED", "MODIFIED"):
-            data = _normalise(obj, self._resource)
-            if self._cache._wanted(self._resource.key, data):
-                self._cache._upsert(self._resource.key, data)
-        elif kind == "DELETED":
-            self._cache._delete(self._resource.key, _normalise(obj, self._resource))
+        if kind in WATCH_EVENT_TYPES:
+            self._cache.apply_event(str(kind), self._resource.key, obj)
         if rv:
             self._rv = str(rv)
 

@@ -41,7 +41,7 @@ def snapshot(
     raised.  ``models``: the reader's models from its previous reads (a scheduler keeps one), so
     only objects whose resourceVersion moved are parsed and validated again.
     """
-    objects = (models or ModelCache(SOURCE)).load(cache.entries(_ORDER), _ORDER)
+    objects = (ModelCache(SOURCE) if models is None else models).load(cache.entries(_ORDER), _ORDER)
     return cluster_from_manifest_set(
         objects.loaded,
         now=time.time() if now is None else now,
