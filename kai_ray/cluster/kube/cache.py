@@ -409,7 +409,8 @@ class ClusterCache:
         if event_type == "DELETED":
             return self._delete(kind, data)
         if event_type not in WATCH_EVENT_TYPES:
-            raise ValueError(f"unknown watch event type {event_type!r}; known: {', '.join(WATCH_EVENT_TYPES)}")
+            known = ", ".join(WATCH_EVENT_TYPES)
+            raise ValueError(f"unknown watch event type {event_type!r}; known: {known}")
         # The watch's selectors filter on the server; what still slips through is left out.
         return self._wanted(kind, data) and self._upsert(kind, data)
 
