@@ -222,7 +222,8 @@ def bench(
         str | None,
         typer.Option(
             "--shape",
-            help=f"Shape name: {', '.join(SHAPES)} (N nodes, J jobs, P pods each), e.g. fill-500x4000.",
+            help=f"Shape name: {', '.join([*SHAPES, 'churn-NxP'])} (N nodes, J jobs, P pods each), "
+            "e.g. fill-500x4000.",
             show_default=False,
         ),
     ] = None,
@@ -336,6 +337,13 @@ def bench(
     if result.sharding is not None:
         split = ", ".join(f"{key} {value:.3f}" for key, value in result.sharding.items())
         typer.echo(f"sharded batches (medians): {split}")
+    if result.full_rebuild is not None:
+        rebuilt = result.full_rebuild
+        typer.echo(
+            f"rebuilt from the cache every cycle: median {rebuilt['median_cycle_seconds']:.3f} s "
+            f"(kept models: x{rebuilt['ratio']:.2f} of that); watch events per cycle: "
+            f"{rebuilt['event_seconds']:.3f} s"
+        )
     if json_file is not None:
         json_file.write_text(json.dumps(result.as_json(), indent=2) + "\n")
 

@@ -7,6 +7,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
+from kai_ray.bench.churn import churn_sizes, run_churn
 from kai_ray.bench.shapes import build_shape
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import schedule
@@ -26,6 +27,10 @@ class BenchResult:
     peak_rss_mb: float
     sharding: dict[str, float] | None = None
     """With the Ray executor: median seconds per batch spent in shards, merging and moving data."""
+    full_rebuild: dict[str, object] | None = None
+    """Churn shapes: the same cycles with nothing remembered between them (`runs`,
+    `median_cycle_seconds`, and `ratio`, this result's median over that one), and the median
+    seconds the cache took to take in a cycle's watch events (`event_seconds`)."""
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -38,6 +43,9 @@ def run_shape(name: str, repeat: int = 3, executor: Executor | None = None, shar
     they stand in for the informer cache, which a real scheduler keeps warm.
     Every run schedules the same input, so the last run's plan speaks for all.
     """
+    sizes = churn_sizes(name)
+    if sizes is not None:
+        return _run_churn_shape(name, sizes, repeat, executor, shards)
     runs: list[float] = []
     placed = evicted = 0
     for _ in range(repeat):
@@ -62,6 +70,33 @@ def run_shape(name: str, repeat: int = 3, executor: Executor | None = None, shar
         evictions=evicted,
         peak_rss_mb=peak_mb,
         sharding=_sharding(executor),
+    )
+
+
+def _run_churn_shape(
+    name: str, sizes: tuple[int, int], repeat: int, executor: Executor | None, shards: int
+) -> BenchResult:
+    kept = run_churn(*sizes, repeat, executor)
+    rebuilt = run_churn(*sizes, repeat, executor, rebuild=True)
+    median = statistics.median(kept.runs)
+    rebuilt_median = statistics.median(rebuilt.runs)
+    return BenchResult(
+        shape=name,
+        executor="local" if executor is None else "ray",
+        shards=shards,
+        runs=kept.runs,
+        median_cycle_seconds=median,
+        pods_placed=kept.pods_placed,
+        pods_per_second=kept.pods_placed / median if median else 0.0,
+        evictions=0,
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        sharding=_sharding(executor),
+        full_rebuild={
+            "runs": rebuilt.runs,
+            "median_cycle_seconds": rebuilt_median,
+            "ratio": median / rebuilt_median if rebuilt_median else 0.0,
+            "event_seconds": kept.event_seconds,
+        },
     )
 
 

@@ -35,6 +35,7 @@ def terminal_console(file: IO[str] | None = None) -> Console:
         return Console(file=file)
     return Console(file=file, width=PIPE_WIDTH)
 
+
 STATUS_STYLE = {
     "Bound": "green",
     "Running": "green",

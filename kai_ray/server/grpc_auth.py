@@ -230,6 +230,7 @@ def bound_caller(caller: Caller) -> Iterator[None]:
 
 # ---------------------------------------------------------------------------------------- interceptor
 
+
 class TokenAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
     """Requires a known bearer token on every call except `OPEN_METHOD_PREFIXES`.
 

@@ -36,9 +36,8 @@ from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.fence import NotLeader
 from kai_ray.cluster.kube.grouping import PodGrouper, log_grouping
 from kai_ray.cluster.kube.leader import LeaderElector
-from kai_ray.cluster.kube.models import ModelCache
+from kai_ray.cluster.kube.planner import CyclePlanner
 from kai_ray.cluster.kube.reporting import ProblemReporter
-from kai_ray.cluster.kube.snapshot import SOURCE, snapshot
 from kai_ray.cluster.kube.status import (
     EventWriter,
     OperationError,
@@ -48,12 +47,10 @@ from kai_ray.cluster.kube.status import (
     queue_usage_from_book,
 )
 from kai_ray.distributed.executor import Executor
-from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.engine.session import Session
 from kai_ray.model.objects import ClusterState
-from kai_ray.model.snapshot import compile_snapshot
 from kai_ray.server.endpoints import Health
 from kai_ray.server.metrics import EvictedPodGroup, SchedulerMetrics
 
@@ -147,8 +144,8 @@ class KubeScheduler:
             concurrency=self.concurrency,
             lookup=self.cache.get,
         )
-        self._models = ModelCache(SOURCE)
-        """The cache's objects as models, validated once per resourceVersion across cycles."""
+        self.planner = CyclePlanner(self.config, self.executor)
+        """Reads the cache and decides; remembers the cache's objects between cycles."""
         self._stop: threading.Event | None = None
         self._elector: LeaderElector | None = None
         self._cycle_listeners: list[CycleListener] = []
@@ -194,12 +191,11 @@ class KubeScheduler:
             if self.metrics is not None:
                 self.metrics.grouping.observe(grouped)
         phases.lap("group")
-        state, problems = snapshot(self.cache, models=self._models)
+        state, problems = self.planner.read(self.cache, time.time())
         phases.lap("snapshot")
         reported = self.reporter.report(problems)
         phases.lap("report")
-        session = open_session(compile_snapshot(state), self.config, self.executor)
-        plan = run_actions(session)
+        session, plan = self.planner.decide(state)
         phases.lap("plan")
         cached = self.cache.contents(["Pod", "PodGroup", "Queue", "Node"])
         pod_uids = _pod_uids(cached.objects["Pod"])

@@ -1,0 +1,45 @@
+"""From the cluster cache to a plan: the part of a cycle that reads and decides, and what it keeps.
+
+Apart from the loop that writes (`kai_ray.server.scheduler`) so that the churn benchmark times
+exactly the scheduler's reading and deciding, in process, and so that what is remembered between
+cycles to make reading cost what changed lives in one place.
+"""
+
+from __future__ import annotations
+
+from kai_ray.api import ManifestProblem
+from kai_ray.api.config import SchedulerConfig
+from kai_ray.cluster.kube.cache import ClusterCache
+from kai_ray.cluster.kube.models import ModelCache
+from kai_ray.cluster.kube.snapshot import SOURCE, snapshot
+from kai_ray.distributed.executor import Executor
+from kai_ray.engine.cycle import open_session, run_actions
+from kai_ray.engine.plan import Plan
+from kai_ray.engine.session import Session
+from kai_ray.model.objects import ClusterState
+from kai_ray.model.snapshot import compile_snapshot
+
+__all__ = ["CyclePlanner"]
+
+
+class CyclePlanner:
+    """Reads the cache into the engine's input and runs the engine, remembering the cache's
+    objects as models between reads (each object validated once per resourceVersion)."""
+
+    def __init__(self, config: SchedulerConfig, executor: Executor | None = None) -> None:
+        self.config = config
+        self.executor = executor
+        self._models = ModelCache(SOURCE)
+
+    def read(self, cache: ClusterCache, now: float) -> tuple[ClusterState, list[ManifestProblem]]:
+        """The cluster as the cache holds it, converted; problems returned, never raised."""
+        return snapshot(cache, now, self._models)
+
+    def decide(self, state: ClusterState) -> tuple[Session, Plan]:
+        session = open_session(compile_snapshot(state), self.config, self.executor)
+        return session, run_actions(session)
+
+    def plan(self, cache: ClusterCache, now: float) -> Plan:
+        """`read` then `decide`, for a caller with no use for the steps between."""
+        state, _ = self.read(cache, now)
+        return self.decide(state)[1]
