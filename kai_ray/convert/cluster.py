@@ -80,7 +80,7 @@ def cluster_from_manifest_set(
     queues, queue_index = convert_queues(loaded.of_type(Queue), problems)
     nodes = convert_each(loaded.of_type(Node), node_spec, problems)
     node_names = frozenset(node.name for node in nodes)
-    pods = PodContext(now, node_names, _binding(loaded, node_names), _selected_groups(loaded))
+    pods = PodContext(now, node_names, *bind_requests_by_pod(loaded.of_type(BindRequest), node_names))
     assembler = JobAssembler(
         queue_index,
         Priorities.from_manifests(loaded.of_type(PriorityClass)),
@@ -171,24 +171,20 @@ def occupancy_only(pod: Mapping[str, Any]) -> dict[str, Any]:
     return reduced
 
 
-def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
-
-
-def _selected_groups(loaded: ManifestSet) -> dict[tuple[str, str], tuple[str, ...]]:
-    return {
-        (m.obj.metadata.namespace or "", m.obj.spec.pod_name): tuple(m.obj.spec.selected_gpu_groups)
-        for m in loaded.of_type(BindRequest)
-        if not m.obj.failed and m.obj.spec.selected_gpu_groups
-    }
-
-
-def _binding(loaded: ManifestSet, nodes: frozenset[str]) -> dict[tuple[str, str], str]:
-    """Pods with a live BindRequest: KAI ignores failed requests and those naming vanished nodes."""
+def bind_requests_by_pod(
+    requests: Iterable[Manifest[BindRequest]], nodes: frozenset[str]
+) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], tuple[str, ...]]]:
+    """(namespace, pod) → the node a live BindRequest selected, and → the shared GPU groups it
+    selected.  KAI ignores failed requests, and for the node those naming vanished nodes."""
     binding: dict[tuple[str, str], str] = {}
-    for manifest in loaded.of_type(BindRequest):
+    groups: dict[tuple[str, str], tuple[str, ...]] = {}
+    for manifest in requests:
         request = manifest.obj
-        if not request.failed and request.spec.selected_node in nodes:
-            binding[(request.metadata.namespace or "", request.spec.pod_name)] = request.spec.selected_node
-    return binding
+        if request.failed:
+            continue
+        pod = (request.metadata.namespace or "", request.spec.pod_name)
+        if request.spec.selected_node in nodes:
+            binding[pod] = request.spec.selected_node
+        if request.spec.selected_gpu_groups:
+            groups[pod] = tuple(request.spec.selected_gpu_groups)
+    return binding, groups

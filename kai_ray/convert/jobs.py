@@ -13,6 +13,8 @@ never offered twice.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kai_ray.api import Manifest, ManifestProblem, Pod, PodGroup
 from kai_ray.api.constants import (
     POD_GROUP_NAME_ANNOTATION,
@@ -26,6 +28,82 @@ from kai_ray.convert.queues import QueueIndex
 from kai_ray.model.objects import OCCUPYING, HeldPod, JobSpec, TaskSpec
 
 _Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class PodOutcome:
+    """What one pod becomes: a task of its job, or held on its node, with at most one problem."""
+
+    task: TaskSpec | None = None
+    held: HeldPod | None = None
+    problem: ManifestProblem | None = None
+
+
+@dataclass(frozen=True)
+class NamedJob:
+    """The PodGroup a pod names, as conversion left it: converted, skipped, or absent."""
+
+    job: JobSpec | None
+    skipped: bool = False
+
+
+def pod_group_key(pod: Pod) -> _Key | None:
+    """(namespace, PodGroup name) the pod names, or None when it names none (not grouped yet)."""
+    group = pod.metadata.annotations.get(POD_GROUP_NAME_ANNOTATION)
+    return None if group is None else (pod.metadata.namespace or "", group)
+
+
+def pod_outcome(
+    manifest: Manifest[Pod], named: NamedJob, context: PodContext, scheduler_name: str = SCHEDULER_NAME
+) -> PodOutcome:
+    """Pods of this scheduler join the PodGroup they name; every other pod only occupies its node.
+
+    `named`: the PodGroup the pod names (ignored for pods that name none or are not ours).
+    """
+    if manifest.obj.spec.scheduler_name != scheduler_name:
+        return PodOutcome(held=_held(manifest, context, foreign=True))
+    key = pod_group_key(manifest.obj)
+    if key is None:
+        return PodOutcome(held=_held(manifest, context, foreign=False))
+    try:
+        task = task_from_pod(manifest, context)
+        job = _named_job(named, key)
+        _check_leaf(job, task, manifest.obj)
+    except Invalid as error:
+        problem = manifest.problem(error.field, error.message)
+        return PodOutcome(held=_held(manifest, context, foreign=False), problem=problem)
+    return PodOutcome(task=task)
+
+
+def occupant_outcome(manifest: Manifest[Pod], context: PodContext, scheduler_name: str) -> HeldPod | None:
+    """A pod already reported as a problem: it only holds what it occupies on its node."""
+    return _held(manifest, context, foreign=manifest.obj.spec.scheduler_name != scheduler_name)
+
+
+def _held(manifest: Manifest[Pod], context: PodContext, *, foreign: bool) -> HeldPod | None:
+    task = held_task(manifest, context)
+    if task is not None and task.status in OCCUPYING:
+        return HeldPod(manifest.obj.metadata.namespace or "", task, foreign)
+    return None
+
+
+def _named_job(named: NamedJob, key: _Key) -> JobSpec:
+    field = annotation_field(POD_GROUP_NAME_ANNOTATION)
+    if named.skipped:
+        raise Invalid(field, f"PodGroup {key[1]!r} was skipped (see its own problem)")
+    if named.job is None:
+        raise Invalid(field, f"PodGroup {key[1]!r} does not exist in namespace {key[0]!r}")
+    return named.job
+
+
+def podgroup_outcome(
+    manifest: Manifest[PodGroup], queues: QueueIndex, priorities: Priorities
+) -> tuple[JobSpec | None, ManifestProblem | None]:
+    """The PodGroup's job without tasks yet, or the problem that skips it."""
+    try:
+        return job_from_podgroup(manifest, queues, priorities), None
+    except Invalid as error:
+        return None, manifest.problem(error.field, error.message)
 
 
 class JobAssembler:
@@ -54,59 +132,34 @@ class JobAssembler:
 
     def add_podgroups(self, manifests: list[Manifest[PodGroup]]) -> None:
         for manifest in manifests:
-            self._add_podgroup(manifest)
+            key = (manifest.obj.metadata.namespace or "", manifest.obj.metadata.name)
+            job, problem = podgroup_outcome(manifest, self._queues, self._priorities)
+            if job is None:
+                self._skipped.add(key)
+            else:
+                self._jobs[key] = job
+            if problem is not None:
+                self._problems.append(problem)
 
     def add_pods(self, manifests: list[Manifest[Pod]]) -> None:
-        """Pods of this scheduler are scheduled; every other pod only occupies its node."""
         for manifest in manifests:
-            if manifest.obj.spec.scheduler_name != self._scheduler_name:
-                self._hold(manifest, foreign=True)
-                continue
-            try:
-                self._add_pod(manifest)
-            except Invalid as error:
-                self._problems.append(manifest.problem(error.field, error.message))
-                self._hold(manifest, foreign=False)
+            key = pod_group_key(manifest.obj)
+            named = NamedJob(None) if key is None else NamedJob(self._jobs.get(key), key in self._skipped)
+            outcome = pod_outcome(manifest, named, self._pods, self._scheduler_name)
+            if outcome.problem is not None:
+                self._problems.append(outcome.problem)
+            if outcome.held is not None:
+                self.held.append(outcome.held)
+            if outcome.task is not None:
+                assert key is not None  # a task always joins the job it names
+                self._jobs[key].tasks.append(outcome.task)
 
     def add_occupants(self, manifests: list[Manifest[Pod]]) -> None:
         """Pods already reported as problems: they only hold what they occupy on their node."""
         for manifest in manifests:
-            self._hold(manifest, foreign=manifest.obj.spec.scheduler_name != self._scheduler_name)
-
-    def _add_podgroup(self, manifest: Manifest[PodGroup]) -> JobSpec | None:
-        key = (manifest.obj.metadata.namespace or "", manifest.obj.metadata.name)
-        try:
-            job = job_from_podgroup(manifest, self._queues, self._priorities)
-        except Invalid as error:
-            self._skipped.add(key)
-            self._problems.append(manifest.problem(error.field, error.message))
-            return None
-        self._jobs[key] = job
-        return job
-
-    def _add_pod(self, manifest: Manifest[Pod]) -> None:
-        group = manifest.obj.metadata.annotations.get(POD_GROUP_NAME_ANNOTATION)
-        if group is None:
-            self._hold(manifest, foreign=False)
-            return
-        task = task_from_pod(manifest, self._pods)
-        job = self._named_job(manifest, group)
-        _check_leaf(job, task, manifest.obj)
-        job.tasks.append(task)
-
-    def _hold(self, manifest: Manifest[Pod], *, foreign: bool) -> None:
-        task = held_task(manifest, self._pods)
-        if task is not None and task.status in OCCUPYING:
-            self.held.append(HeldPod(manifest.obj.metadata.namespace or "", task, foreign))
-
-    def _named_job(self, manifest: Manifest[Pod], group: str) -> JobSpec:
-        key = (manifest.obj.metadata.namespace or "", group)
-        field = annotation_field(POD_GROUP_NAME_ANNOTATION)
-        if key in self._skipped:
-            raise Invalid(field, f"PodGroup {group!r} was skipped (see its own problem)")
-        if key not in self._jobs:
-            raise Invalid(field, f"PodGroup {group!r} does not exist in namespace {key[0]!r}")
-        return self._jobs[key]
+            held = occupant_outcome(manifest, self._pods, self._scheduler_name)
+            if held is not None:
+                self.held.append(held)
 
 
 def _check_leaf(job: JobSpec, task: TaskSpec, pod: Pod) -> None:

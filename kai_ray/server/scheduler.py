@@ -144,7 +144,7 @@ class KubeScheduler:
             concurrency=self.concurrency,
             lookup=self.cache.get,
         )
-        self.planner = CyclePlanner(self.config, self.executor)
+        self.planner = CyclePlanner(self.config, self.executor, self.scheduler_name)
         """Reads the cache and decides; remembers the cache's objects between cycles."""
         self._stop: threading.Event | None = None
         self._elector: LeaderElector | None = None

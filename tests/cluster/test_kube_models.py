@@ -6,22 +6,25 @@ from __future__ import annotations
 
 import json
 import random
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from manifest_builders import node, pod, podgroup, queue
 
+from kai_ray.api import Manifest, Pod
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.api.manifests import ManifestCollector, validate_object
 from kai_ray.cluster.kube.cache import CachedObject, CacheEntries, ClusterCache
 from kai_ray.cluster.kube.models import ModelCache
-from kai_ray.cluster.kube.snapshot import snapshot
-from kai_ray.convert import cluster_from_manifest_set
+from kai_ray.cluster.kube.snapshot import CacheReader, snapshot
+from kai_ray.convert import cluster_from_manifest_set, occupancy_only
+from kai_ray.convert.live import KIND_ORDER, LiveCluster, ObjectModel
 from kai_ray.engine.cycle import schedule
+from kai_ray.model.objects import ClusterState
 from kai_ray.model.snapshot import compile_snapshot
 
 pytestmark = pytest.mark.unit
-
-KINDS = ("Queue", "Node", "PodGroup", "Pod")
 
 
 def cached(objects: list[dict[str, Any]], versions: dict[str, str] | None = None) -> CacheEntries:
@@ -35,6 +38,18 @@ def cached(objects: list[dict[str, Any]], versions: dict[str, str] | None = None
     return CacheEntries(
         1, {kind: sorted(items, key=lambda i: (i.namespace, i.name)) for kind, items in by_kind.items()}
     )
+
+
+def versioned(obj: dict[str, Any], version: str) -> dict[str, Any]:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": version}}
+
+
+def filled(objects: list[dict[str, Any]]) -> ClusterCache:
+    """A cache (never started: no API server) that received these objects as watch events."""
+    cache = ClusterCache(None)
+    for number, obj in enumerate(objects, start=1):
+        cache.apply_event("ADDED", obj["kind"], versioned(obj, str(number)))
+    return cache
 
 
 def cluster() -> list[dict[str, Any]]:
@@ -55,8 +70,7 @@ def cluster() -> list[dict[str, Any]]:
 
 
 def test_a_pod_the_models_reject_is_reported_and_still_counted() -> None:
-    loaded = ModelCache("cluster").load(cached(cluster()), KINDS)
-    state, problems = cluster_from_manifest_set(loaded.loaded, now=0.0, occupants=loaded.occupants)
+    state, problems = snapshot(filled(cluster()), now=0.0)
     assert [(p.kind, p.name) for p in problems] == [("Pod", "strange")]
     assert [(h.key, h.foreign, h.task.gpu, h.task.node) for h in state.held] == [
         ("team-a/strange", False, 8, "n1")
@@ -66,40 +80,36 @@ def test_a_pod_the_models_reject_is_reported_and_still_counted() -> None:
     assert [(b.task, b.node) for b in plan.binds] == [("p", "n2")]  # n1 is full with the rejected pod
 
 
-def test_an_unchanged_version_is_the_same_model_and_a_new_one_is_rebuilt() -> None:
-    models = ModelCache("cluster")
-    first = {m.obj.metadata.name: m.obj for m in models.load(cached(cluster()), KINDS).loaded.manifests}
-    changed = cluster()
-    changed[1]["metadata"]["labels"] = {"zone": "a"}  # node n1, a new version
-    again = {
-        m.obj.metadata.name: m.obj
-        for m in models.load(cached(changed, versions={"n1": "2"}), KINDS).loaded.manifests
-    }
-    assert again["n2"] is first["n2"] and again["p"] is first["p"]
-    assert again["n1"] is not first["n1"] and again["n1"].metadata.labels == {"zone": "a"}
-
-
-def test_objects_without_a_version_are_rebuilt_and_gone_ones_forgotten() -> None:
-    models = ModelCache("cluster")
-    unversioned = models.load(cached(cluster(), versions={"n2": ""}), KINDS).loaded.manifests
-    again = models.load(cached(cluster(), versions={"n2": ""}), KINDS).loaded.manifests
-    assert next(m.obj for m in again if m.obj.metadata.name == "n2") is not next(
-        m.obj for m in unversioned if m.obj.metadata.name == "n2"
-    )
-    assert len(models) == 6
-    models.load(cached(cluster()[:3]), KINDS)
-    assert len(models) == 3
+def test_a_change_converts_again_only_what_it_can_affect() -> None:
+    """A node's new labels: the nodes are converted again, the jobs (their pods' nodes did not
+    come or go) are the very same objects; a pod's new version rebuilds its job."""
+    cache = filled(cluster())
+    reader = CacheReader("kai-scheduler")
+    first, _ = reader.read(cache, now=0.0)
+    relabelled = node("n1", gpus=8, labels={"zone": "a"})
+    cache.apply_event("MODIFIED", "Node", versioned(relabelled, "100"))
+    second, _ = reader.read(cache, now=0.0)
+    assert second.jobs[0] is first.jobs[0]
+    assert second.nodes[0].labels == {"zone": "a"} and second.nodes[1] == first.nodes[1]
+    moved = pod("p", gpus=8, group="p", nodeName="n2")
+    cache.apply_event("MODIFIED", "Pod", versioned(moved, "101"))
+    third, _ = reader.read(cache, now=0.0)
+    assert third.jobs[0] is not second.jobs[0] and third.jobs[0].tasks[0].node == "n2"
 
 
 def test_a_pod_in_two_kinds_is_refused_the_second_time_as_the_loader_does() -> None:
     """Our pods and other schedulers' are followed apart; should one pod be in both (the API
     changed its scheduler), the second is refused as a duplicate, not counted twice."""
-    ours = CachedObject("team-a", "p", "1", json.dumps(pod("p", gpus=1)))
-    theirs = CachedObject("team-a", "p", "2", json.dumps(pod("p", gpus=1, schedulerName="other")))
-    entries = CacheEntries(1, {"Pod": [ours], "ForeignPod": [theirs]})
-    loaded = ModelCache("cluster").load(entries, ("Pod", "ForeignPod")).loaded
-    assert len(loaded.manifests) == 1 and loaded.manifests[0].obj.spec.scheduler_name == "kai-scheduler"
-    assert [p.message for p in loaded.problems] == ["defined twice; keeping the one from cluster"]
+    ours = ObjectModel(Pod.model_validate(pod("p", gpus=1, nodeName="n1")))
+    theirs = ObjectModel(Pod.model_validate(pod("p", gpus=1, schedulerName="other", nodeName="n1")))
+    live = LiveCluster("cluster")
+    live.apply({"Pod": {("team-a", "p"): ours}, "ForeignPod": {("team-a", "p"): theirs}})
+    state, problems = live.state(0.0)
+    assert [p.message for p in problems] == ["defined twice; keeping the one from cluster"]
+    assert state.held == []  # ours names no PodGroup yet, and its node does not exist
+    live.apply({"Pod": {("team-a", "p"): None}})
+    _, problems = live.state(0.0)
+    assert problems == []  # ours is gone: theirs is no longer a duplicate
 
 
 def test_by_kind_keeps_the_caches_kind_names_and_leaves_rejected_objects_out() -> None:
@@ -112,68 +122,108 @@ def test_by_kind_keeps_the_caches_kind_names_and_leaves_rejected_objects_out() -
     assert list(tables["ForeignPod"]) == [("other", "web")]
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_after_any_stream_of_changes_the_kept_models_convert_as_fresh_ones(seed: int) -> None:
-    """Random adds, updates (a new resourceVersion) and deletes of queues, nodes, PodGroups and
-    pods, some the models reject, some without a version: after every batch, converting the
-    models kept across batches gives the `ClusterState` and problems of models built afresh."""
-    rng = random.Random(seed)
-    store: dict[tuple[str, str], dict[str, Any]] = {}
-    versions: dict[str, str] = {}
-    revision = 0
-
-    def put(obj: dict[str, Any]) -> None:
-        nonlocal revision
-        revision += 1
-        name = obj["metadata"]["name"]
-        store[(obj["kind"], name)] = obj
-        versions[name] = "" if rng.random() < 0.1 else str(revision)
-
-    def random_object() -> dict[str, Any]:
-        choice = rng.randrange(4)
-        if choice == 0:
-            return queue(f"q{rng.randrange(2)}", gpu=rng.choice([8, 16]))
-        if choice == 1:
-            return node(f"n{rng.randrange(4)}", gpus=rng.choice([4, 8]))
-        group = f"g{rng.randrange(4)}"
-        if choice == 2:
-            return podgroup(group, queue=f"q{rng.randrange(2)}")
-        extra: dict[str, Any] = {"tolerations": [{"key": "k", "value": 5}]} if rng.random() < 0.15 else {}
-        body = pod(f"{group}-{rng.randrange(3)}", gpus=rng.choice([1, 2, 4]), group=group, **extra)
-        if rng.random() < 0.5:
-            body["spec"]["nodeName"] = f"n{rng.randrange(4)}"
-            body["status"] = {"phase": rng.choice(["Running", "Pending", "Succeeded"])}
-        return body
-
-    kept = ModelCache("cluster")
-    for _ in range(25):
-        for _ in range(rng.randrange(1, 6)):
-            if store and rng.random() < 0.25:
-                del store[rng.choice(sorted(store))]
-            else:
-                put(random_object())
-        entries = cached(list(store.values()), versions)
-        incremental = kept.load(entries, KINDS)
-        fresh = ModelCache("cluster").load(entries, KINDS)
-        assert cluster_from_manifest_set(
-            incremental.loaded, now=0.0, occupants=incremental.occupants
-        ) == cluster_from_manifest_set(fresh.loaded, now=0.0, occupants=fresh.occupants)
-        assert len(kept) == len(store)
+def reference(cache: ClusterCache, now: float) -> tuple[ClusterState, list[Any]]:
+    """The cache converted the way manifests are: every object validated afresh, in the cache's
+    order, through `cluster_from_manifest_set`."""
+    collector = ManifestCollector()
+    occupants: list[Manifest[Pod]] = []
+    entries = cache.entries(KIND_ORDER)
+    for kind in KIND_ORDER:
+        for item in entries.objects[kind]:
+            data = json.loads(item.text)
+            obj, problems = validate_object(data, "cluster")
+            collector.result.problems.extend(problems)
+            if obj is not None:
+                collector.add(obj, "cluster")
+                continue
+            reduced, _ = validate_object(occupancy_only(data), "cluster")
+            if isinstance(reduced, Pod):
+                occupants.append(Manifest("cluster", 0, len(occupants), reduced))
+    return cluster_from_manifest_set(collector.result, now=now, occupants=occupants)
 
 
-def test_the_snapshot_keeps_the_readers_models_from_its_first_read() -> None:
-    """The scheduler hands `snapshot` its models, empty at first: they must fill then and serve
-    the next read (an empty model cache is still the caller's, not a reason for a fresh one)."""
-    cache = ClusterCache(None)
-    for obj in cluster():
-        cache.apply_event(
-            "ADDED", obj["kind"], {**obj, "metadata": {**obj["metadata"], "resourceVersion": "7"}}
+def rfc3339(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def random_object(rng: random.Random, now: float) -> tuple[str, dict[str, Any]]:
+    """(the cache's kind, object): queues, nodes, PodGroups, BindRequests, our pods (some the
+    models reject, some deleted, some placed) and other schedulers' pods on nodes."""
+    choice = rng.randrange(7)
+    group = f"g{rng.randrange(4)}"
+    name = f"{group}-{rng.randrange(3)}"
+    if choice == 0:
+        return "Queue", queue(
+            f"q{rng.randrange(3)}", parent=rng.choice(["", "", "q0"]), gpu=rng.choice([8, 16])
         )
-    models = ModelCache("cluster")
-    first, _ = snapshot(cache, now=0.0, models=models)
-    assert len(models) == len(cluster())
-    again, _ = snapshot(cache, now=0.0, models=models)
-    assert again == first
+    if choice == 1:
+        return "Node", node(f"n{rng.randrange(4)}", gpus=rng.choice([4, 8]))
+    if choice == 2:
+        return "PodGroup", podgroup(group, queue=f"q{rng.randrange(3)}", minMember=rng.randrange(1, 3))
+    if choice == 3:
+        request = {"podName": name, "selectedNode": f"n{rng.randrange(5)}", "selectedGPUGroups": ["x"]}
+        body = {"metadata": {"name": name, "namespace": "team-a"}, "spec": request}
+        status = {"status": {"phase": rng.choice(["", "Failed"])}}
+        return "BindRequest", {
+            "apiVersion": "scheduling.run.ai/v1alpha2",
+            "kind": "BindRequest",
+            **body,
+            **status,
+        }
+    if choice == 4:
+        # Sometimes named as one of ours: the API lets a pod's scheduler change, and the cache
+        # follows the two kinds apart.
+        name, namespace = rng.choice([(f"web-{rng.randrange(3)}", "other"), (name, "team-a")])
+        foreign = pod(name, ns=namespace, gpus=1, schedulerName="default-scheduler")
+        foreign["spec"]["nodeName"] = f"n{rng.randrange(5)}"
+        return "ForeignPod", foreign
+    extra: dict[str, Any] = {"tolerations": [{"key": "k", "value": 5}]} if rng.random() < 0.15 else {}
+    annotations = {"gpu-fraction": "0.5"} if rng.random() < 0.2 else None
+    gpus = 0 if annotations else rng.choice([1, 2, 4])
+    body = pod(name, gpus=gpus, group=group if rng.random() < 0.9 else None, annotations=annotations, **extra)
+    if rng.random() < 0.5:
+        body["spec"]["nodeName"] = f"n{rng.randrange(5)}"
+        body["status"] = {"phase": rng.choice(["Running", "Pending", "Succeeded"])}
+    if rng.random() < 0.15:  # deleted a little before `now`: stuck in releasing two minutes after
+        body["metadata"]["deletionTimestamp"] = rfc3339(now - rng.choice([0, 60, 110]))
+    return "Pod", body
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_after_any_stream_of_watch_events_the_incremental_snapshot_is_a_rebuilt_one(seed: int) -> None:
+    """Random adds, updates and deletes of every kind, in any order, in batches; after every
+    batch the reader that kept its models and conversions gives exactly the `ClusterState` and
+    problems of a fresh reader and of the manifest conversion of the same objects.  The clock
+    moves too (a deleted pod turns stuck in releasing after two minutes)."""
+    rng = random.Random(seed)
+    cache = ClusterCache(None)
+    kept = CacheReader("kai-scheduler")
+    revision = 0
+    now = 1_767_225_600.0
+    for _ in range(30):
+        for _ in range(rng.randrange(1, 8)):
+            revision += 1
+            kind, obj = random_object(rng, now)
+            obj["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+            stored = cache.sizes()[kind]
+            event = "DELETED" if stored and rng.random() < 0.25 else rng.choice(["ADDED", "MODIFIED"])
+            version = "" if rng.random() < 0.05 and event != "DELETED" else str(revision)
+            cache.apply_event(event, kind, versioned(obj, version))
+        now += rng.choice([0.0, 30.0, 90.0])
+        incremental = kept.read(cache, now)
+        assert incremental == CacheReader("kai-scheduler").read(cache, now)
+        assert incremental == reference(cache, now)
+        assert len(kept) == sum(cache.sizes().values())
+
+
+def test_the_reader_keeps_what_it_read_from_its_first_read() -> None:
+    """A reader that knows nothing yet fills up on its first read and serves the next from it."""
+    cache = filled(cluster())
+    reader = CacheReader("kai-scheduler")
+    first, _ = reader.read(cache, now=0.0)
+    assert len(reader) == len(cluster())
+    again, _ = reader.read(cache, now=0.0)
+    assert again == first and again.jobs[0] is first.jobs[0]
 
 
 def test_watch_events_applied_in_process_change_the_cache_as_a_watch_does() -> None:

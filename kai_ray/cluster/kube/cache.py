@@ -60,6 +60,7 @@ __all__ = [
     "FOREIGN_POD",
     "KINDS",
     "RESOURCES",
+    "CacheChanges",
     "CacheContents",
     "CacheEntries",
     "CachedObject",
@@ -126,6 +127,7 @@ _BACKOFF_MAX = 5.0
 _MISSING_KIND_RETRY = 30.0
 _TOMBSTONES = 10_000
 WATCH_EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED")
+_LOG_SLACK = 1_000
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,21 @@ class CacheEntries:
 
     generation: int
     objects: Mapping[str, list[CachedObject]]
+
+
+@dataclass(frozen=True)
+class CacheChanges:
+    """What changed in several kinds after a reader's last read, at one `generation`.
+
+    `changed[kind][key]` is the object's entry now, or None when it was deleted.  When
+    `complete` is true the reader is too far behind for the change log (or reads for the first
+    time): `changed` then holds every current object of each kind, and any key the reader knows
+    that is not there is gone.
+    """
+
+    generation: int
+    complete: bool
+    changed: Mapping[str, Mapping[ObjectKey, CachedObject | None]]
 
 
 class _Expired(Exception):
@@ -205,6 +222,10 @@ class ClusterCache:
         # Deleted keys and their last resourceVersion (oldest first, bounded), so that a writer's
         # late `observe` of an object the watch has meanwhile seen deleted cannot resurrect it.
         self._tombstones: dict[str, dict[ObjectKey, str]] = {kind: {} for kind in self._kinds}
+        # Per kind, every key changed since `_log_floor`, with the generation of its last change,
+        # oldest first: `changes` walks it from the newest end, so a reader pays for what changed.
+        self._log: dict[str, dict[ObjectKey, int]] = {kind: {} for kind in self._kinds}
+        self._log_floor = 0
         self._stop = threading.Event()
         self._watchers: dict[str, _Watcher] = {}
         self._threads: list[threading.Thread] = []
@@ -354,6 +375,29 @@ class ClusterCache:
             }
             return CacheEntries(self._generation, items)
 
+    def changes(self, since: int | None, kinds: Iterable[str]) -> CacheChanges:
+        """The entries of `kinds` changed after generation `since` (a generation an earlier
+        `changes` returned), or every entry (`complete`) when `since` is None or older than the
+        log remembers."""
+        wanted = tuple(kinds)
+        with self._cond:
+            if since is None or since < self._log_floor:
+                every = {
+                    kind: {key: _cached(key, entry) for key, entry in self._stores.get(kind, {}).items()}
+                    for kind in wanted
+                }
+                return CacheChanges(self._generation, True, every)
+            changed: dict[str, dict[ObjectKey, CachedObject | None]] = {}
+            for kind in wanted:
+                store, found = self._stores.get(kind, {}), {}
+                for key, generation in reversed(self._log.get(kind, {}).items()):
+                    if generation <= since:
+                        break
+                    entry = store.get(key)
+                    found[key] = None if entry is None else _cached(key, entry)
+                changed[kind] = found
+            return CacheChanges(self._generation, False, changed)
+
     def sizes(self) -> dict[str, int]:
         """Objects held per kind (the cache's memory follows the cluster, never its history)."""
         with self._cond:
@@ -434,6 +478,9 @@ class ClusterCache:
                 k: e.resource_version for k, e in fresh.items()
             }:
                 self._generation += 1
+            for key in old.keys() | fresh.keys():
+                if old.get(key) != fresh.get(key):
+                    self._logged(kind, key)
             self._stores[kind] = fresh
             self._tombstones[kind].clear()
             self._synced.add(kind)
@@ -452,6 +499,7 @@ class ClusterCache:
                 return False  # a late write-through of an object already seen deleted
             self._stores[kind][key] = entry
             self._generation += 1
+            self._logged(kind, key)
             self._notify()
             return True
 
@@ -466,8 +514,25 @@ class ClusterCache:
             if self._stores[kind].pop(key, None) is None:
                 return False
             self._generation += 1
+            self._logged(kind, key)
             self._notify()
             return True
+
+    def _logged(self, kind: str, key: ObjectKey) -> None:
+        """Record a change of `key` at the current generation; callers hold the lock.
+
+        When deleted keys make up most of the log it is cut to the live keys and its floor
+        raised: a reader from before then reads everything once, memory follows the cluster.
+        """
+        log = self._log[kind]
+        log.pop(key, None)
+        log[key] = self._generation
+        if len(log) > 2 * len(self._stores[kind]) + _LOG_SLACK:
+            self._log = {
+                k: {key: g for key, g in entries.items() if key in self._stores[k]}
+                for k, entries in self._log.items()
+            }
+            self._log_floor = self._generation
 
     def _notify(self) -> None:
         """Wake every waiter; callers hold the lock. Ticks also count syncs and re-lists."""
@@ -684,6 +749,10 @@ def _key(obj: Mapping[str, Any]) -> ObjectKey:
 def _entry(obj: Mapping[str, Any]) -> _Entry:
     rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
     return _Entry(rv, json.dumps(obj, separators=(",", ":")))
+
+
+def _cached(key: ObjectKey, entry: _Entry) -> CachedObject:
+    return CachedObject(key[0], key[1], entry.resource_version, entry.text)
 
 
 def _loads(text: str) -> dict[str, Any]:

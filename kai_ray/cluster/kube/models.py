@@ -7,10 +7,11 @@ changes, and the conversion's per-object memos (`kai_ray.identity_cache`) hit as
 very same models come back.  An object without a resourceVersion is parsed every time: nothing
 says it is unchanged.
 
-What comes out, for `convert.cluster_from_manifest_set`: the objects the models accept in the
-cache's order, every problem, and for a pod they reject an occupancy-only model (what it holds
-on its node still counts: a pod we cannot interpret is reported, never forgotten).  Entries of
-objects that are no longer in the cache are dropped at each read, so memory follows the cluster.
+A reader that follows the cache's change log (`update`) gets models only for what changed, for
+`kai_ray.convert.live.LiveCluster`; one that reads whole tables (`by_kind`) gets them all.  A pod
+the models reject comes with an occupancy-only model (what it holds on its node still counts: a
+pod we cannot interpret is reported, never forgotten).  Objects no longer in the cache are
+forgotten, so memory follows the cluster.
 """
 
 from __future__ import annotations
@@ -20,29 +21,19 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kai_ray.api import ApiObject, Manifest, ManifestProblem, ManifestSet, Pod
-from kai_ray.api.manifests import ManifestCollector, validate_object
-from kai_ray.cluster.kube.cache import CachedObject, CacheEntries
+from kai_ray.api import ApiObject, Pod
+from kai_ray.api.manifests import validate_object
+from kai_ray.cluster.kube.cache import CacheChanges, CachedObject, CacheEntries
 from kai_ray.convert import occupancy_only
+from kai_ray.convert.live import Key, ObjectModel
 
-__all__ = ["LoadedObjects", "ModelCache"]
-
-
-@dataclass(frozen=True)
-class LoadedObjects:
-    """The objects for `convert.cluster_from_manifest_set`, and the pods only counted on nodes."""
-
-    loaded: ManifestSet
-    occupants: list[Manifest[Pod]]
+__all__ = ["ModelCache"]
 
 
 @dataclass(frozen=True)
 class _Version:
     resource_version: str
-    obj: ApiObject | None
-    problems: tuple[ManifestProblem, ...]
-    occupant: Pod | None
-    """A rejected pod reduced to what it occupies (`convert.occupancy_only`), if even that loads."""
+    model: ObjectModel
 
 
 class ModelCache:
@@ -57,25 +48,38 @@ class ModelCache:
         self._lock = threading.Lock()
         self._versions: dict[tuple[str, str, str], _Version] = {}
 
-    def load(self, entries: CacheEntries, kinds: Sequence[str]) -> LoadedObjects:
-        """``kinds`` in this order (the order problems are reported in), each ordered by key."""
-        collector = ManifestCollector()
-        occupants: list[Manifest[Pod]] = []
-        for (_kind, _namespace, _name), version in self._refresh(entries, kinds).items():
-            collector.result.problems.extend(version.problems)
-            if version.obj is not None:
-                collector.add(version.obj, self._source)
-            elif version.occupant is not None:
-                occupants.append(Manifest(self._source, 0, len(occupants), version.occupant))
-        return LoadedObjects(collector.result, occupants)
+    def update(self, changes: CacheChanges) -> dict[str, dict[Key, ObjectModel | None]]:
+        """The models of what changed, by kind and key (None: deleted), built anew where the
+        version moved.  For a complete read: every object of each kind read, and the models of
+        that kind's objects not among them are forgotten."""
+        updated: dict[str, dict[Key, ObjectModel | None]] = {}
+        with self._lock:
+            versions = self._versions
+            if changes.complete:
+                read = set(changes.changed)
+                self._versions = versions = {key: v for key, v in versions.items() if key[0] not in read}
+            for kind, items in changes.changed.items():
+                models: dict[Key, ObjectModel | None] = {}
+                for key, item in items.items():
+                    full_key = (kind, *key)
+                    if item is None:
+                        versions.pop(full_key, None)
+                        models[key] = None
+                        continue
+                    version = versions.get(full_key)
+                    if version is None or not _same_version(version, item):
+                        version = versions[full_key] = self._build(item)
+                    models[key] = version.model
+                updated[kind] = models
+        return updated
 
     def by_kind(self, entries: CacheEntries) -> dict[str, dict[tuple[str, str], ApiObject]]:
         """Every kind read, as the cache names it (other schedulers' pods apart), (namespace,
         name) → model; objects the models reject are left out (a cycle reports them)."""
         tables: dict[str, dict[tuple[str, str], ApiObject]] = {kind: {} for kind in entries.objects}
         for (kind, namespace, name), version in self._refresh(entries, list(entries.objects)).items():
-            if version.obj is not None:
-                tables[kind][(namespace, name)] = version.obj
+            if version.model.obj is not None:
+                tables[kind][(namespace, name)] = version.model.obj
         return tables
 
     def _refresh(self, entries: CacheEntries, kinds: Sequence[str]) -> dict[tuple[str, str, str], _Version]:
@@ -106,7 +110,7 @@ class ModelCache:
         if obj is None and isinstance(data, dict) and data.get("kind") == "Pod":
             reduced, _ = validate_object(occupancy_only(data), self._source)
             occupant = reduced if isinstance(reduced, Pod) else None
-        return _Version(item.resource_version, obj, tuple(problems), occupant)
+        return _Version(item.resource_version, ObjectModel(obj, tuple(problems), occupant))
 
 
 def _same_version(version: _Version, item: CachedObject) -> bool:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from kai_ray.api import ManifestProblem
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.api.constants import SCHEDULER_NAME
 from kai_ray.cluster.kube.cache import ClusterCache
-from kai_ray.cluster.kube.models import ModelCache
-from kai_ray.cluster.kube.snapshot import SOURCE, snapshot
+from kai_ray.cluster.kube.snapshot import CacheReader
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
@@ -23,17 +23,20 @@ __all__ = ["CyclePlanner"]
 
 
 class CyclePlanner:
-    """Reads the cache into the engine's input and runs the engine, remembering the cache's
-    objects as models between reads (each object validated once per resourceVersion)."""
+    """Reads the cache into the engine's input and runs the engine, remembering between reads
+    what each object became (validated once per resourceVersion, converted once per change that
+    can affect it)."""
 
-    def __init__(self, config: SchedulerConfig, executor: Executor | None = None) -> None:
+    def __init__(
+        self, config: SchedulerConfig, executor: Executor | None = None, scheduler_name: str = SCHEDULER_NAME
+    ) -> None:
         self.config = config
         self.executor = executor
-        self._models = ModelCache(SOURCE)
+        self._reader = CacheReader(scheduler_name)
 
     def read(self, cache: ClusterCache, now: float) -> tuple[ClusterState, list[ManifestProblem]]:
         """The cluster as the cache holds it, converted; problems returned, never raised."""
-        return snapshot(cache, now, self._models)
+        return self._reader.read(cache, now)
 
     def decide(self, state: ClusterState) -> tuple[Session, Plan]:
         session = open_session(compile_snapshot(state), self.config, self.executor)
