@@ -105,22 +105,85 @@ def node_table(nodes: list[NodeSpec]) -> NodeTable:
 
 
 def compile_snapshot(state: ClusterState) -> Snapshot:
+    return SnapshotCompiler().compile(state)
+
+
+@dataclass(frozen=True)
+class _CompiledJob:
+    source: JobSpec
+    valid: JobSpec | None
+    problems: tuple[Problem, ...]
+    held: tuple[HeldPod, ...]
+
+
+class SnapshotCompiler:
+    """`compile_snapshot`, remembering between calls what each input compiled to.
+
+    Why: a scheduler compiles every cycle a state in which almost nothing changed, and
+    `LiveCluster` hands back the very same node list, queue list and job objects for what did
+    not change.  The node table and queue tree are compiled again only for a new list, each job
+    only when it is a new object or either of those changed; the snapshot is the one
+    `compile_snapshot` gives (same rows, jobs, problems, order).
+    """
+
+    def __init__(self) -> None:
+        self._nodes: tuple[list[NodeSpec], NodeTable, list[Problem]] | None = None
+        self._queues: (
+            tuple[list[QueueSpec], dict[str, QueueSpec], dict[str, list[str]], list[Problem]] | None
+        ) = None
+        self._jobs: dict[int, _CompiledJob] = {}
+
+    def compile(self, state: ClusterState) -> Snapshot:
+        problems: list[Problem] = []
+        table, node_problems, nodes_changed = self._node_table(state.nodes)
+        queues, children, queue_problems, queues_changed = self._queue_tree(state.queues)
+        problems.extend(node_problems)
+        problems.extend(queue_problems)
+        known = {} if nodes_changed or queues_changed else self._jobs
+        compiled: dict[int, _CompiledJob] = {}
+        held = [pod for pod in state.held if pod.task.node in table.index]
+        jobs = []
+        for job in state.jobs:
+            entry = known.get(id(job))
+            if entry is None or entry.source is not job:
+                entry = _compile_job(job, queues, children, table)
+            compiled[id(job)] = entry
+            if entry.valid is not None:
+                jobs.append(entry.valid)
+            problems.extend(entry.problems)
+            held.extend(entry.held)
+        self._jobs = compiled
+        return Snapshot(table, queues, children, jobs, state.now, problems, held)
+
+    def _node_table(self, nodes: list[NodeSpec]) -> tuple[NodeTable, list[Problem], bool]:
+        if self._nodes is not None and self._nodes[0] is nodes:
+            return self._nodes[1], self._nodes[2], False
+        problems: list[Problem] = []
+        table = node_table(_unique_nodes(nodes, problems))
+        self._nodes = (nodes, table, problems)
+        return table, problems, True
+
+    def _queue_tree(
+        self, specs: list[QueueSpec]
+    ) -> tuple[dict[str, QueueSpec], dict[str, list[str]], list[Problem], bool]:
+        if self._queues is not None and self._queues[0] is specs:
+            return self._queues[1], self._queues[2], self._queues[3], False
+        problems: list[Problem] = []
+        queues = _valid_queues(specs, problems)
+        children: dict[str, list[str]] = {name: [] for name in queues}
+        for queue in sorted(queues.values(), key=lambda q: (q.created, q.name)):
+            if queue.parent is not None:
+                children[queue.parent].append(queue.name)
+        self._queues = (specs, queues, children, problems)
+        return queues, children, problems, True
+
+
+def _compile_job(
+    job: JobSpec, queues: dict[str, QueueSpec], children: dict[str, list[str]], table: NodeTable
+) -> _CompiledJob:
     problems: list[Problem] = []
-    nodes = _unique_nodes(state.nodes, problems)
-    table = node_table(nodes)
-    queues = _valid_queues(state.queues, problems)
-    children: dict[str, list[str]] = {name: [] for name in queues}
-    for queue in sorted(queues.values(), key=lambda q: (q.created, q.name)):
-        if queue.parent is not None:
-            children[queue.parent].append(queue.name)
-    held = [pod for pod in state.held if pod.task.node in table.index]
-    jobs = []
-    for job in state.jobs:
-        valid = _valid_job(job, queues, children, table, problems)
-        if valid is not None:
-            jobs.append(valid)
-        held.extend(_dropped_but_placed(job, valid, table))
-    return Snapshot(table, queues, children, jobs, state.now, problems, held)
+    valid = _valid_job(job, queues, children, table, problems)
+    return _CompiledJob(job, valid, tuple(problems), tuple(_dropped_but_placed(job, valid, table)))
 
 
 def _dropped_but_placed(job: JobSpec, kept: JobSpec | None, nodes: NodeTable) -> list[HeldPod]:

@@ -22,7 +22,7 @@ from kai_ray.convert import cluster_from_manifest_set, occupancy_only
 from kai_ray.convert.live import KIND_ORDER, LiveCluster, ObjectModel
 from kai_ray.engine.cycle import schedule
 from kai_ray.model.objects import ClusterState
-from kai_ray.model.snapshot import compile_snapshot
+from kai_ray.model.snapshot import Snapshot, SnapshotCompiler, compile_snapshot
 
 pytestmark = pytest.mark.unit
 
@@ -142,6 +142,14 @@ def reference(cache: ClusterCache, now: float) -> tuple[ClusterState, list[Any]]
     return cluster_from_manifest_set(collector.result, now=now, occupants=occupants)
 
 
+def comparable(snapshot: Snapshot) -> tuple[Any, ...]:
+    """A snapshot as plain values (its node table holds numpy arrays, which `==` cannot compare)."""
+    table = snapshot.nodes
+    arrays = (table.allocatable, table.gpu_memory, table.gpu_memory_synced, table.schedulable)
+    rows = (table.names, table.specs, [array.tolist() for array in arrays])
+    return rows, snapshot.queues, snapshot.children, snapshot.jobs, snapshot.problems, snapshot.held
+
+
 def rfc3339(moment: float) -> str:
     return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -193,11 +201,13 @@ def random_object(rng: random.Random, now: float) -> tuple[str, dict[str, Any]]:
 def test_after_any_stream_of_watch_events_the_incremental_snapshot_is_a_rebuilt_one(seed: int) -> None:
     """Random adds, updates and deletes of every kind, in any order, in batches; after every
     batch the reader that kept its models and conversions gives exactly the `ClusterState` and
-    problems of a fresh reader and of the manifest conversion of the same objects.  The clock
-    moves too (a deleted pod turns stuck in releasing after two minutes)."""
+    problems of a fresh reader and of the manifest conversion of the same objects, and the
+    compiler that kept its compiled jobs the snapshot compiled afresh.  The clock moves too (a
+    deleted pod turns stuck in releasing after two minutes)."""
     rng = random.Random(seed)
     cache = ClusterCache(None)
     kept = CacheReader("kai-scheduler")
+    compiler = SnapshotCompiler()
     revision = 0
     now = 1_767_225_600.0
     for _ in range(30):
@@ -213,6 +223,7 @@ def test_after_any_stream_of_watch_events_the_incremental_snapshot_is_a_rebuilt_
         incremental = kept.read(cache, now)
         assert incremental == CacheReader("kai-scheduler").read(cache, now)
         assert incremental == reference(cache, now)
+        assert comparable(compiler.compile(incremental[0])) == comparable(compile_snapshot(incremental[0]))
         assert len(kept) == sum(cache.sizes().values())
 
 

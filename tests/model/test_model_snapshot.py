@@ -5,12 +5,14 @@ ARCHITECTURE.md "Determinism and errors"; spec §1.1 (queue hierarchy), §1.2 (s
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from builders import ClusterBuilder, binds, cluster, pod_set, run_cycle, subgroup_set
 
 from kai_ray.model.objects import ClusterState, NodeSpec, QueueSpec, TaskStatus
 from kai_ray.model.resources import CPU, GPU, MEMORY, PODS
-from kai_ray.model.snapshot import Problem, compile_snapshot
+from kai_ray.model.snapshot import Problem, SnapshotCompiler, compile_snapshot
 
 pytestmark = pytest.mark.unit
 
@@ -175,3 +177,24 @@ def test_duplicate_and_negative_nodes_are_dropped() -> None:
 
 def test_problem_renders_kind_name_and_field() -> None:
     assert str(Problem("Queue", "x", "spec.parentQueue", "cycle")) == "Queue/x: spec.parentQueue: cycle"
+
+
+def test_a_kept_compiler_compiles_the_same_jobs_again_when_their_queues_or_nodes_change() -> None:
+    """The very same job objects, with a queue gone and then a node gone: what the job compiled
+    to before no longer holds, and the compiler must see it (jobs are remembered by identity)."""
+    state = (
+        cluster().node("n1", gpus=4).queue("good").queue("other").job("fine", queue="good", gpus=1).build()
+    )
+    compiler = SnapshotCompiler()
+    assert [job.name for job in compiler.compile(state).jobs] == ["fine"]
+    without_queue = replace(state, queues=[q for q in state.queues if q.name != "good"])
+    assert compiler.compile(without_queue).jobs == []
+    assert [job.name for job in compiler.compile(state).jobs] == ["fine"]
+    running = replace(
+        state.jobs[0], tasks=[replace(state.jobs[0].tasks[0], status=TaskStatus.RUNNING, node="n1")]
+    )
+    placed = replace(state, jobs=[running])
+    assert compiler.compile(placed).jobs[0].tasks[0].node == "n1"
+    without_node = replace(placed, nodes=[NodeSpec("n2", gpus=4)])
+    compiled = compiler.compile(without_node)
+    assert compiled.jobs[0].tasks == [] and [p.field for p in compiled.problems] == ["spec.nodeName"]

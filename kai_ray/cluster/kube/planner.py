@@ -17,7 +17,7 @@ from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.session import Session
 from kai_ray.model.objects import ClusterState
-from kai_ray.model.snapshot import compile_snapshot
+from kai_ray.model.snapshot import SnapshotCompiler
 
 __all__ = ["CyclePlanner"]
 
@@ -33,13 +33,14 @@ class CyclePlanner:
         self.config = config
         self.executor = executor
         self._reader = CacheReader(scheduler_name)
+        self._compiler = SnapshotCompiler()
 
     def read(self, cache: ClusterCache, now: float) -> tuple[ClusterState, list[ManifestProblem]]:
         """The cluster as the cache holds it, converted; problems returned, never raised."""
         return self._reader.read(cache, now)
 
     def decide(self, state: ClusterState) -> tuple[Session, Plan]:
-        session = open_session(compile_snapshot(state), self.config, self.executor)
+        session = open_session(self._compiler.compile(state), self.config, self.executor)
         return session, run_actions(session)
 
     def plan(self, cache: ClusterCache, now: float) -> Plan:
