@@ -419,7 +419,18 @@ def serve(
     executor: ExecutorOption = ExecutorName.LOCAL,
     shards: ShardsOption = 2,
     ray_address: RayAddressOption = None,
-    period: Annotated[float, typer.Option("--period", min=0.05, help="Seconds between cycles.")] = 1.0,
+    period: Annotated[
+        float,
+        typer.Option("--period", min=0.05, help="Longest wait between cycles while work may be due."),
+    ] = 1.0,
+    idle_period: Annotated[
+        float,
+        typer.Option(
+            "--idle-period",
+            min=0.05,
+            help="Longest wait after a cycle that found nothing to do, unless the cluster changes.",
+        ),
+    ] = 10.0,
     metrics_address: MetricsAddressOption = "127.0.0.1:8080",
     lease_namespace: LeaseNamespaceOption = "default",
     identity: IdentityOption = None,
@@ -506,6 +517,7 @@ def serve(
         kubeconfig=kubeconfig,
         scheduler_name=scheduler_name,
         period=period,
+        idle_period=idle_period,
         metrics_address=metrics_address,
         lease_namespace=lease_namespace,
         identity=identity,

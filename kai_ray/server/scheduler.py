@@ -60,6 +60,9 @@ API_FAILURES = (ApiException, urllib3.exceptions.HTTPError, OSError)
 """What a lost or refusing API server raises; anything else escaping a cycle is a bug."""
 
 DEFAULT_PERIOD_SECONDS = 1.0
+DEFAULT_IDLE_PERIOD_SECONDS = 10.0
+DEFAULT_MIN_PERIOD_SECONDS = 0.1
+_STOP_CHECK_SECONDS = 0.5
 CACHE_SYNC_TIMEOUT_SECONDS = 60.0
 BIND_PASS_TIMEOUT_SECONDS = 8.0
 """A bind pass never outlasts this, well inside the 15 s lease; what it did not start waits a cycle."""
@@ -71,6 +74,37 @@ DEFAULT_CONCURRENCY = 32
 
 32 rather than the per-module 16: on a 2-core machine that also runs the API server the
 end-to-end benchmark binds about a quarter more pods per second with it (docs/kubernetes.md)."""
+
+
+@dataclass(frozen=True)
+class CyclePacing:
+    """When the next cycle starts, measured from the end of the last one.
+
+    Why not KAI's fixed 1 s period: a cycle on a large cluster costs what changed, and one that
+    finds nothing changed costs nothing at all, so a settled cluster is not looked at again
+    until something happens, and something that happens is looked at at once.
+    """
+
+    period: float = DEFAULT_PERIOD_SECONDS
+    """The longest wait while work may be due (pending jobs, binds under way, retries)."""
+    idle_period: float = DEFAULT_IDLE_PERIOD_SECONDS
+    """The longest wait after a settled cycle when the cache does not change: what bounds how
+    late a decision that only the clock changes is made (a grace period running out)."""
+    min_period: float = DEFAULT_MIN_PERIOD_SECONDS
+    """The shortest wait, however busy the cluster: cycles never run back to back."""
+
+    def wait(self, cache: ClusterCache, seen: int, settled: bool, stop: threading.Event) -> None:
+        """Return when the next cycle is due: the cache changed since generation `seen` (after
+        at least `min_period`), or the period for a settled or unsettled cluster ran out, or
+        `stop` was set."""
+        started = time.monotonic()
+        if stop.wait(self.min_period):
+            return
+        deadline = started + max(self.min_period, self.idle_period if settled else self.period)
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or cache.wait_changed(seen, min(left, _STOP_CHECK_SECONDS)) != seen:
+                return
 
 
 class RunOutcome(enum.Enum):
@@ -91,6 +125,18 @@ class CycleOutcome:
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds spent in each step, in cycle order: cleanup, group, snapshot, report, plan, apply,
     bind, status."""
+    waiting: bool = False
+    """Work was left for a later pass whatever the cluster does (a bind retry after its backoff)."""
+
+    @property
+    def settled(self) -> bool:
+        """Nothing done, nothing failed, nothing pending: the next cycle would decide the same
+        unless the cluster changes (or, rarely, time runs out on a grace period)."""
+        plan, applied, bound = self.plan, self.applied, self.bound
+        acted = plan.binds or plan.pipelined or plan.evictions or plan.pending_reasons
+        written = applied.bind_requests or applied.evicted or applied.errors or self.cleaned.deleted
+        binding = bound.outcomes or bound.errors or bound.timed_out or self.waiting
+        return not (acted or written or binding or self.cleaned.errors)
 
 
 @dataclass(frozen=True)
@@ -223,7 +269,8 @@ class KubeScheduler:
         if self.metrics is not None:
             self._observe(session, plan, applied, bound, refs, cached.objects, phases.laps, seconds)
         self._publish(state, session, plan, problems)
-        return CycleOutcome(plan, cleaned, applied, bound, seconds, reported, phases.laps)
+        waiting = self.binder.retries_waiting()
+        return CycleOutcome(plan, cleaned, applied, bound, seconds, reported, phases.laps, waiting)
 
     def _publish(
         self, state: ClusterState, session: Session, plan: Plan, problems: list[ManifestProblem]
@@ -243,13 +290,17 @@ class KubeScheduler:
         stop: threading.Event,
         period: float = DEFAULT_PERIOD_SECONDS,
         elector: LeaderElector | None = None,
+        pacing: CyclePacing | None = None,
     ) -> RunOutcome:
         """Cycle until `stop` is set or leadership is lost.
 
-        The period is measured from the end of one cycle, as KAI does.  With an elector,
-        nothing is scheduled before the lease is held, and the lease is renewed on the
-        elector's own thread, so a long cycle never lets it lapse.
+        Waits are measured from the end of one cycle, as KAI does, and paced by `pacing`
+        (default: `period` between cycles while work may be due, a change in the cache wakes
+        the loop early, a settled cluster that does not change is looked at every
+        `idle_period`).  With an elector, nothing is scheduled before the lease is held, and
+        the lease is renewed on the elector's own thread, so a long cycle never lets it lapse.
         """
+        pacing = pacing or CyclePacing(period=period)
         if not self.start(stop):
             self.stop()
             return RunOutcome.STOPPED
@@ -264,8 +315,9 @@ class KubeScheduler:
                 if elector is not None and not elector.leadership.is_leader():
                     outcome = RunOutcome.LOST_LEADERSHIP
                     break
-                self._guarded_cycle()
-                stop.wait(period)
+                seen = self.cache.generation
+                outcome_of_cycle = self._guarded_cycle()
+                pacing.wait(self.cache, seen, outcome_of_cycle is not None and outcome_of_cycle.settled, stop)
         finally:
             if self.metrics is not None:
                 self.metrics.set_leader(False)
@@ -294,9 +346,10 @@ class KubeScheduler:
             return False
         return self._elector is None or self._elector.leadership.is_leader()
 
-    def _guarded_cycle(self) -> None:
+    def _guarded_cycle(self) -> CycleOutcome | None:
+        """The cycle's outcome, or None when it failed (logged here)."""
         try:
-            self.run_cycle()
+            return self.run_cycle()
         except NotLeader:
             log.error("cycle stopped: this replica is no longer the leader")
         except API_FAILURES as error:  # the server went away mid-cycle: one line, no traceback
@@ -304,6 +357,7 @@ class KubeScheduler:
             log.warning("cycle failed, the next one starts from a fresh snapshot: %s", reason)
         except Exception:
             log.exception("scheduling cycle failed; the next cycle starts from a fresh snapshot")
+        return None
 
     # ---------------------------------------------------------------- after the cycle
     def _forget_what_is_gone(self, objects: Mapping[str, list[dict[str, Any]]]) -> None:

@@ -45,7 +45,13 @@ from kai_ray.server.endpoints import Endpoints, Health
 from kai_ray.server.gc_tuning import tune_gc_for_serving
 from kai_ray.server.logs import configure_logging
 from kai_ray.server.metrics import SchedulerMetrics
-from kai_ray.server.scheduler import DEFAULT_CONCURRENCY, KubeScheduler, RunOutcome
+from kai_ray.server.scheduler import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_IDLE_PERIOD_SECONDS,
+    CyclePacing,
+    KubeScheduler,
+    RunOutcome,
+)
 
 if TYPE_CHECKING:
     from kai_ray.server.api_serve import GrpcOptions, KubeApi
@@ -82,6 +88,8 @@ class ServeOptions:
     """None: the in-cluster service account (the scheduler runs as a pod)."""
     scheduler_name: str = "kai-scheduler"
     period: float = 1.0
+    idle_period: float = DEFAULT_IDLE_PERIOD_SECONDS
+    """Longest wait after a cycle that found the cluster settled, unless something changes."""
     metrics_address: str = DEFAULT_METRICS_ADDRESS
     """``host:port`` for /metrics; empty disables it; port 0 picks a free one (logged)."""
     lease_namespace: str = "default"
@@ -296,7 +304,8 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
         "in-process" if grouping else "off",
     )
     try:
-        outcome = scheduler.run(stop, period=options.period, elector=connection.elector)
+        pacing = CyclePacing(period=options.period, idle_period=options.idle_period)
+        outcome = scheduler.run(stop, elector=connection.elector, pacing=pacing)
     finally:
         if api is not None:
             api.stop()

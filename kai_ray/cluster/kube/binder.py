@@ -309,6 +309,12 @@ class Binder:
             for node in [n for n, until in self._nodes.items() if until <= now]:
                 del self._nodes[node]
 
+    def retries_waiting(self) -> bool:
+        """Whether a failed request waits for its backoff to run out (a later pass retries it)."""
+        now = time.monotonic()
+        with self._lock:
+            return any(at > now for at in self._retry_at.values())
+
     def tracked(self) -> dict[str, int]:
         """Sizes of what the binder remembers per object (for the bounded-memory metric)."""
         with self._lock:
