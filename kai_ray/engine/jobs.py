@@ -38,7 +38,7 @@ class OrderableJob(Protocol):
     def elastic_rank(self) -> int: ...
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Task:
     spec: TaskSpec
     job: Job
@@ -72,7 +72,7 @@ class Task:
         return self.spec.accepted_gpus(node_gpu_memory)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class PodSet:
     name: str
     min_available: int
@@ -101,7 +101,7 @@ class PodSet:
         return [t for t in self.tasks if t.status == TaskStatus.PENDING]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SubGroupSet:
     name: str
     min_subgroups: int | None
@@ -132,7 +132,7 @@ class SubGroupSet:
         return found
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Job:
     spec: JobSpec
     root: SubGroupSet

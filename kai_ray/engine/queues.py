@@ -7,6 +7,9 @@ indexed by queue row; columns are (cpu, memory, gpu).
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from kai_ray.fairshare.tree import QueueNode, fair_shares
@@ -46,6 +49,18 @@ class QueueBook:
 
     def add_request(self, queue: str, vector: np.ndarray) -> None:
         self.request[self.chains[queue]] += vector
+
+    def open_with(self, charges: QueueCharges) -> None:
+        """Book the snapshot's placements and requests at once (`charge` and `add_request` for
+        each, in the same order: `np.add.at` adds element by element, in order)."""
+        if charges.rows:
+            np.add.at(self.allocated, charges.rows, np.asarray(charges.vectors))
+            for row, count in Counter(charges.rows).items():
+                self.versions[row] += count
+        if charges.protected_rows:
+            np.add.at(self.allocated_non_preemptible, charges.protected_rows, np.asarray(charges.protected))
+        if charges.request_rows:
+            np.add.at(self.request, charges.request_rows, np.asarray(charges.requests))
 
     def compute_fair_shares(self, totals: np.ndarray, k_value: float) -> None:
         nodes = [
@@ -92,3 +107,28 @@ def _by_resource(values: np.ndarray) -> dict[str, float]:
 
 def _zero_request() -> dict[str, float]:
     return dict.fromkeys(FAIRNESS_RESOURCES, 0.0)
+
+
+@dataclass
+class QueueCharges:
+    """What a session opens with, row by row of the queue book (each leaf's charge repeated for
+    every queue up its chain), for `QueueBook.open_with`."""
+
+    rows: list[int] = field(default_factory=list)
+    vectors: list[tuple[float, float, float]] = field(default_factory=list)
+    protected_rows: list[int] = field(default_factory=list)
+    """Rows charged by non-preemptible jobs (`allocated_non_preemptible`)."""
+    protected: list[tuple[float, float, float]] = field(default_factory=list)
+    request_rows: list[int] = field(default_factory=list)
+    requests: list[tuple[float, float, float]] = field(default_factory=list)
+
+    def charge(self, chain: list[int], vector: tuple[float, float, float], protected: bool) -> None:
+        self.rows.extend(chain)
+        self.vectors.extend([vector] * len(chain))
+        if protected:
+            self.protected_rows.extend(chain)
+            self.protected.extend([vector] * len(chain))
+
+    def request(self, chain: list[int], vector: tuple[float, float, float]) -> None:
+        self.request_rows.extend(chain)
+        self.requests.extend([vector] * len(chain))

@@ -22,11 +22,11 @@ from kai_ray.engine.node_finder import NodeFinder
 from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.plugins.base import OrderKey, Plugin
 from kai_ray.engine.plugins.registry import plugin_class
-from kai_ray.engine.queues import QueueBook
+from kai_ray.engine.queues import QueueBook, QueueCharges
 from kai_ray.engine.reasons import EvictionReason, PendingReason, main_cause
 from kai_ray.engine.statement import Operation, Placement
-from kai_ray.model.objects import QUEUE_CHARGING, TaskStatus
-from kai_ray.model.resources import CPU, GPU, MEMORY
+from kai_ray.model.objects import OCCUPYING, QUEUE_CHARGING, TaskStatus
+from kai_ray.model.resources import CPU, GPU, MEMORY, NUM_RESOURCES
 from kai_ray.model.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,9 @@ class Session:
         self.stale_since: dict[str, float] = {}
         self.committed: list[Operation] = []
         self._charges: dict[int, np.ndarray] = {}
+        """Task uid → what it charges its queue, for tasks placed in this session."""
+        self._charged_at_open: set[int] = set()
+        """Tasks the snapshot's placements charge (computed again when one moves, not stored)."""
         self._queue_keys: dict[tuple[str, int, bytes], OrderKey] = {}
         self._task_keys: dict[int, OrderKey] = {}
         self._job_moves: dict[Job, int] = {}
@@ -72,17 +75,48 @@ class Session:
 
     # ------------------------------------------------------------------ set-up
     def _build_jobs(self) -> None:
+        """The session's jobs, with what the snapshot's placements hold booked on nodes and queues.
+
+        Booked in one go per array rather than one numpy call per task, which was most of a
+        session's opening with tens of thousands of running pods; each task is booked exactly
+        as `_add` and `add_request` would book it (same values, same order).
+        """
+        table = self.snapshot.nodes
         uid = 0
+        rows: list[int] = []
+        requests: list[np.ndarray] = []
+        statuses: list[TaskStatus] = []
+        charges = QueueCharges()
         for spec in self.snapshot.jobs:
-            job = build_job(spec, self.snapshot.nodes.index, uid)
+            job = build_job(spec, table.index, uid)
             uid += len(spec.tasks)
             self.jobs.append(job)
+            chain = self.queues.chains[job.queue]
             for task in job.tasks:
-                self._add(task)
-                if task.uid in self._charges:
-                    self.queues.add_request(job.queue, self._charges[task.uid])
-                elif task.status == TaskStatus.PENDING:
-                    self.queues.add_request(job.queue, self.fairness_request([task], self.min_gpu_memory))
+                node, status = task.node, task.status
+                if node is not None and status in OCCUPYING:
+                    if task.is_shared_gpu:
+                        self.nodes.add(task)  # its GPU groups are booked one by one
+                    else:
+                        rows.append(node)
+                        requests.append(task.request)
+                        statuses.append(status)
+                if node is not None and status in QUEUE_CHARGING:
+                    charge = (
+                        task.spec.cpu_millis,
+                        task.spec.memory,
+                        task.accepted_gpus(float(table.gpu_memory[node])),
+                    )
+                    self._charged_at_open.add(task.uid)
+                    charges.charge(chain, charge, not spec.preemptible)
+                    charges.request(chain, charge)
+                elif status == TaskStatus.PENDING:
+                    charges.request(
+                        chain,
+                        (task.spec.cpu_millis, task.spec.memory, task.accepted_gpus(self.min_gpu_memory)),
+                    )
+        self.nodes.add_placed(rows, np.asarray(requests).reshape(len(rows), NUM_RESOURCES), statuses)
+        self.queues.open_with(charges)
 
     def _build_plugins(self) -> list[Plugin]:
         plugins = []
@@ -122,6 +156,10 @@ class Session:
     def _remove(self, task: Task) -> None:
         self.nodes.remove(task)
         charge = self._charges.pop(task.uid, None)
+        if charge is None and task.uid in self._charged_at_open and task.node is not None:
+            # Booked at open, never moved since: charged where it still is.
+            self._charged_at_open.discard(task.uid)
+            charge = self.placed_fairness(task, task.node)
         if charge is not None:
             self.queues.charge(task.job.queue, charge, not task.job.spec.preemptible, sign=-1.0)
 
