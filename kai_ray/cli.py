@@ -21,6 +21,7 @@ from kai_ray.bench.runner import run_shape
 from kai_ray.bench.shapes import SHAPES, build_shape
 from kai_ray.cli_api import Output, OutputOption
 from kai_ray.cli_help import KaiRayTyper
+from kai_ray.cluster.kube.bind_mode import BindMode
 from kai_ray.cluster.sim.scenario import ScenarioError, is_scenario_file, load_scenario
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
 from kai_ray.distributed.executor import Executor
@@ -42,6 +43,14 @@ class ExecutorName(enum.StrEnum):
 
 ExecutorOption = Annotated[
     ExecutorName, typer.Option("--executor", help="Rank nodes in-process or in Ray shards.")
+]
+BindModeOption = Annotated[
+    BindMode,
+    typer.Option(
+        "--bind-mode",
+        help="bindrequest: KAI's BindRequests, carried out by the binder; direct: the scheduler binds "
+        "pods itself (one write per pod, binds announced per PodGroup).",
+    ),
 ]
 ShardsOption = Annotated[int, typer.Option("--shards", min=1, help="Node shards for --executor ray.")]
 RayAddressOption = Annotated[
@@ -262,6 +271,7 @@ def bench(
     timeout: Annotated[
         float, typer.Option("--timeout", min=1, help="With --kube: give up after this many seconds.")
     ] = 600.0,
+    bind_mode: BindModeOption = BindMode.BIND_REQUEST,
 ) -> None:
     """Time scheduling cycles on a generated cluster shape, or end to end with --kube or --grpc."""
     if grpc:
@@ -290,6 +300,7 @@ def bench(
                 pods,
                 timeout=timeout,
                 progress=lambda line: typer.echo(line, err=True),
+                bind_mode=bind_mode,
             )
         except (ValueError, DevClusterError) as exc:
             _fail([str(exc)])
@@ -437,6 +448,7 @@ def serve(
     bind_backoff_limit: Annotated[
         int, typer.Option("--bind-backoff-limit", min=0, help="Binding attempts per BindRequest.")
     ] = 3,
+    bind_mode: BindModeOption = BindMode.BIND_REQUEST,
     lease_duration: LeaseDurationOption = 15.0,
     renew_deadline: RenewDeadlineOption = 10.0,
     retry_period: RetryPeriodOption = 2.0,
@@ -523,6 +535,7 @@ def serve(
         identity=identity,
         config_file=config_file,
         bind_backoff_limit=bind_backoff_limit,
+        bind_mode=bind_mode,
         lease_timing=_lease_timing(lease_duration, renew_deadline, retry_period),
         grouper=None
         if no_podgrouper

@@ -91,6 +91,8 @@ class Serve:
             lease_namespace,
             "--metrics-address",
             "127.0.0.1:0",
+            # Tests count cycles of a settled cluster too: pace those like the others.
+            *(["--idle-period", PERIOD] if command == "serve" else []),
             *extra,
         ]
         with self.log_path.open("wb") as stderr:

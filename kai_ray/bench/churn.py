@@ -10,7 +10,6 @@ cycle worked before the cluster model was incremental, for the ratio.
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -22,9 +21,8 @@ from kai_ray.cluster.kube.planner import CyclePlanner
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.plan import Plan
 
-__all__ = ["CHURN_PATTERN", "ChurnRuns", "run_churn"]
+__all__ = ["ChurnRuns", "run_churn"]
 
-CHURN_PATTERN = r"churn-(\d+)x(\d+)"
 NOW = 1_767_229_200.0
 """2026-01-01T01:00:00Z: an hour after the churn cluster's objects were created."""
 
@@ -38,16 +36,6 @@ class ChurnRuns:
     event_seconds: float
     """Median seconds per cycle the cache took to take in that cycle's watch events (the
     watchers' work, on their own threads in `serve`; not part of `runs`)."""
-
-
-def churn_sizes(name: str) -> tuple[int, int] | None:
-    match = re.fullmatch(CHURN_PATTERN, name)
-    if match is None:
-        return None
-    nodes, pods = (int(group) for group in match.groups())
-    if min(nodes, pods) < 1:
-        raise ValueError(f"shape {name!r}: every size must be at least 1")
-    return nodes, pods
 
 
 def _apply(cache: ClusterCache, events: list[WatchEvent]) -> float:

@@ -8,6 +8,7 @@ name always gives the same stream of events.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,9 @@ from kai_ray.api.constants import (
     SCHEDULER_NAME,
 )
 
-__all__ = ["NAMESPACE", "ChurnCluster", "WatchEvent"]
+__all__ = ["CHURN_PATTERN", "NAMESPACE", "ChurnCluster", "WatchEvent", "churn_sizes"]
+
+CHURN_PATTERN = r"churn-(\d+)x(\d+)"
 
 NAMESPACE = "churn"
 DEPARTMENTS = 4
@@ -180,3 +183,14 @@ class ChurnCluster:
             self._placed[name] = node
             events.append(WatchEvent("MODIFIED", "Pod", self._stamp(_pod(name, self._queue_of(index), node))))
         return events
+
+
+def churn_sizes(name: str) -> tuple[int, int] | None:
+    """(nodes, pods) of a churn shape name, or None for another kind of name."""
+    match = re.fullmatch(CHURN_PATTERN, name)
+    if match is None:
+        return None
+    nodes, pods = (int(group) for group in match.groups())
+    if min(nodes, pods) < 1:
+        raise ValueError(f"shape {name!r}: every size must be at least 1")
+    return nodes, pods

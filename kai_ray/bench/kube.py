@@ -21,8 +21,10 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -33,10 +35,14 @@ if TYPE_CHECKING:
     from kai_ray.server.serve import GrouperFactory
 
 from kai_ray.api.constants import DEFAULT_QUEUE, QUEUE_LABEL, SCHEDULER_NAME
+from kai_ray.cluster.kube.bind_mode import BindMode
 
 __all__ = ["NAMESPACE", "KubeBenchResult", "render", "run_kube_bench"]
 
 NAMESPACE = "kai-ray-bench"
+SCHEDULER_USER_AGENT = "kai-ray-bench-scheduler"
+"""The scheduler's user agent, which tells its writes apart in the audit log (the pod runner
+writes pod status too)."""
 DEFAULT_TIMEOUT_SECONDS = 600.0
 CREATE_WORKERS = 16
 
@@ -69,9 +75,34 @@ class KubeBenchResult:
     kube-apiserver, etcd and the pod runner, which all share this machine's cores."""
     errors: list[str] = field(default_factory=list)
     """Apply and binder failures seen during the run (the first few)."""
+    bind_mode: str = BindMode.BIND_REQUEST.value
+    api_writes: dict[str, int] = field(default_factory=dict)
+    """The scheduler's writes while timed, by "verb resource[/subresource]", from the API
+    server's audit log (Events included: they go out in the background, all counted)."""
+    load_average: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """`os.getloadavg()` at the end: how busy the machine was."""
+
+    @property
+    def api_writes_per_pod(self) -> float:
+        return sum(self.api_writes.values()) / self.bound if self.bound else 0.0
+
+    @property
+    def scheduler_cpu_ms_per_pod(self) -> float:
+        return 1000 * self.cpu_seconds.get("scheduler", 0.0) / self.bound if self.bound else 0.0
 
     def as_json(self) -> dict[str, object]:
-        return asdict(self)
+        """The fields of every bench result (shape, executor, runs, median_cycle_seconds,
+        pods_placed, pods_per_second, peak_rss_mb), then this benchmark's own."""
+        common: dict[str, object] = {
+            "shape": f"kube-{self.nodes}x{self.pods}",
+            "executor": "local",
+            "runs": self.cycle_seconds,
+            "median_cycle_seconds": statistics.median(self.cycle_seconds) if self.cycle_seconds else 0.0,
+            "pods_placed": self.bound,
+            "api_writes_per_pod": self.api_writes_per_pod,
+            "scheduler_cpu_ms_per_pod": self.scheduler_cpu_ms_per_pod,
+        }
+        return common | asdict(self)
 
 
 def _pod(index: int) -> dict[str, Any]:
@@ -109,6 +140,20 @@ def _create_pods(api: Any, count: int, workers: int) -> None:
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bench-create") as pool:
         for future in [pool.submit(create, index) for index in range(count)]:
             future.result()
+
+
+def _writes(events: list[dict[str, Any]]) -> dict[str, int]:
+    """The scheduler's writes among audit events, by verb and resource (subresource)."""
+    counts: Counter[str] = Counter()
+    for event in events:
+        if event.get("userAgent") != SCHEDULER_USER_AGENT:
+            continue
+        ref = event.get("objectRef") or {}
+        resource = str(ref.get("resource") or "")
+        if ref.get("subresource"):
+            resource += f"/{ref['subresource']}"
+        counts[f"{event.get('verb')} {resource}"] += 1
+    return dict(sorted(counts.items()))
 
 
 def _cpu_seconds(workdir: Path) -> dict[str, float]:
@@ -152,6 +197,7 @@ def run_kube_bench(
     bin_dir: Path | None = None,
     concurrency: int | None = None,
     progress: Callable[[str], None] | None = None,
+    bind_mode: BindMode = BindMode.BIND_REQUEST,
 ) -> KubeBenchResult:
     """Start a dev cluster, create `nodes` GPU nodes and `pods` one-GPU pods, schedule until bound.
 
@@ -176,7 +222,12 @@ def run_kube_bench(
         say(f"starting a dev cluster with {nodes} nodes x {gpus_per_node} GPUs in {workdir}")
         started = time.perf_counter()
         cluster = devcluster.start(
-            workdir, nodes=nodes, gpus_per_node=gpus_per_node, bin_dir=bin_dir, die_with_parent=True
+            workdir,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            bin_dir=bin_dir,
+            die_with_parent=True,
+            audit=True,
         )
         setup["cluster_start_s"] = time.perf_counter() - started
         # The client `kai-ray serve` builds: a connection pool with room for every worker.
@@ -189,11 +240,13 @@ def run_kube_bench(
             started = time.perf_counter()
             _create_pods(api, pods, CREATE_WORKERS)
             setup["pod_create_s"] = time.perf_counter() - started
-            scheduler = KubeScheduler(api, concurrency=workers, grouper=grouper(api))
+            api.user_agent = SCHEDULER_USER_AGENT
+            scheduler = KubeScheduler(api, concurrency=workers, grouper=grouper(api), bind_mode=bind_mode)
             started = time.perf_counter()
             scheduler.start()
             setup["cache_sync_s"] = time.perf_counter() - started
             try:
+                audit_mark = len(devcluster.read_audit_events(cluster))
                 cpu_before = _cpu_seconds(workdir)
                 first = time.perf_counter()
                 result = _schedule(scheduler, api, nodes, gpus_per_node, pods, first, timeout, say)
@@ -203,6 +256,9 @@ def run_kube_bench(
                 result.events_written_s = time.perf_counter() - first
                 result.events_dropped = scheduler.events.dropped
                 result.concurrency = scheduler.concurrency
+                result.api_writes = _writes(devcluster.read_audit_events(cluster)[audit_mark:])
+                result.bind_mode = bind_mode.value
+                result.load_average = os.getloadavg()
             finally:
                 scheduler.stop()
         finally:
@@ -223,18 +279,26 @@ def _record_binds(binder: Any) -> dict[str, float]:
     """When each benchmark pod was bound, as the binder reports it; filled in from its threads.
 
     A binder pass that outlives `BIND_PASS_TIMEOUT_SECONDS` keeps binding in the background
-    and those outcomes never reach a `CycleOutcome`, so the times are taken at the source.
+    and those outcomes never reach a `CycleOutcome`, so the times are taken at the source:
+    the binder's two entries, for BindRequests and for direct binds.
     """
     bound: dict[str, float] = {}
-    original = binder.bind_one
 
-    def bind_one(obj: Any) -> Any:
-        outcome = original(obj)
-        if outcome is not None and outcome.phase == "Succeeded" and outcome.pod.startswith(f"{NAMESPACE}/"):
-            bound[outcome.pod] = time.perf_counter()  # one key per pod: safe across threads
-        return outcome
+    def timed(carry_out: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def recorded(request: Any) -> Any:
+            outcome = carry_out(request)
+            if (
+                outcome is not None
+                and outcome.phase == "Succeeded"
+                and outcome.pod.startswith(f"{NAMESPACE}/")
+            ):
+                bound[outcome.pod] = time.perf_counter()  # one key per pod: safe across threads
+            return outcome
 
-    binder.bind_one = bind_one
+        return recorded
+
+    binder.bind_one = timed(binder.bind_one)
+    binder.bind_now = timed(binder.bind_now)
     return bound
 
 
@@ -323,6 +387,12 @@ def render(result: KubeBenchResult, console: Any) -> None:
     console.print(cpu)
     setup = ", ".join(f"{name} {seconds:.1f}" for name, seconds in result.setup.items())
     console.print(f"set-up (not timed): {setup}; concurrency {result.concurrency}")
+    writes = ", ".join(f"{name} {count}" for name, count in result.api_writes.items())
+    console.print(
+        f"bind mode {result.bind_mode}: {result.api_writes_per_pod:.2f} API writes and "
+        f"{result.scheduler_cpu_ms_per_pod:.2f} ms of scheduler CPU per bound pod "
+        f"(load average {result.load_average[0]:.1f}); writes: {writes}"
+    )
     if result.events_dropped:
         console.print(f"{result.events_dropped} Events dropped (queue full)")
     for error in result.errors:

@@ -7,7 +7,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
-from kai_ray.bench.churn import churn_sizes, run_churn
+from kai_ray.bench.churn_objects import churn_sizes
 from kai_ray.bench.shapes import build_shape
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import schedule
@@ -76,6 +76,9 @@ def run_shape(name: str, repeat: int = 3, executor: Executor | None = None, shar
 def _run_churn_shape(
     name: str, sizes: tuple[int, int], repeat: int, executor: Executor | None, shards: int
 ) -> BenchResult:
+    # Imported here: it loads the Kubernetes client, which no other shape (nor `simulate`) needs.
+    from kai_ray.bench.churn import run_churn
+
     kept = run_churn(*sizes, repeat, executor)
     rebuilt = run_churn(*sizes, repeat, executor, rebuild=True)
     median = statistics.median(kept.runs)

@@ -142,6 +142,10 @@ class LiveCluster:
         self._pod_problems: set[Member] = set()
         self._held_pods: set[Member] = set()
         self._occupants: set[Member] = set()
+        self._assumed: dict[Key, tuple[str, str]] = {}
+        """Our pods this scheduler bound itself that the objects do not show bound yet: pod →
+        (node, the pod's uid).  Converted as binding to that node, like a BindRequest would."""
+        self._assumed_changed = False
         self._queue_problems: list[ManifestProblem] = []
         self._node_problems: list[ManifestProblem] = []
         self._nodes: list[NodeSpec] = []
@@ -151,6 +155,13 @@ class LiveCluster:
         return sum(len(models) for models in self._models.values())
 
     # ---------------------------------------------------------------- changes in
+    def assume_bound(self, pods: Mapping[Key, tuple[str, str]]) -> None:
+        """Pods bound (pod → (node, uid)) ahead of their objects: until a pod's object shows a
+        node, or is gone or replaced, it is converted as binding to that node (without this,
+        a cycle that starts before the watch catches up would place it again)."""
+        self._assumed.update(pods)
+        self._assumed_changed = self._assumed_changed or bool(pods)
+
     def apply(self, changed: Mapping[str, Mapping[Key, ObjectModel | None]]) -> None:
         for kind, models in changed.items():
             if kind not in self._models or not models:
@@ -194,6 +205,9 @@ class LiveCluster:
 
     def _pod_changed(self, kind: str, key: Key, model: ObjectModel | None) -> None:
         self._dirty_pods.add((FOREIGN_POD, key))  # our pod's twin among the foreign ones is refused
+        if kind == "Pod" and key in self._assumed and not _still_assumed(model, self._assumed[key][1]):
+            del self._assumed[key]
+            self._assumed_changed = True
         if model is None:
             return
         self._pods[kind][key] = _PodRecord(model)
@@ -247,8 +261,10 @@ class LiveCluster:
             self._nodes = convert_each(self._objects("Node", Node), node_spec, self._node_problems)
             names = frozenset(node.name for node in self._nodes)
         binding, groups = context.binding, context.gpu_groups
-        if changed & {"Node", "BindRequest"}:
+        if changed & {"Node", "BindRequest"} or self._assumed_changed:
             binding, groups = bind_requests_by_pod(self._objects("BindRequest", BindRequest), names)
+            binding |= {pod: node for pod, (node, _) in self._assumed.items() if node in names}
+            self._assumed_changed = False
         if names != context.nodes:
             self._dirty_pods.update((kind, key) for kind in _POD_KINDS for key in self._pods[kind])
         else:
@@ -368,6 +384,12 @@ class LiveCluster:
             assert outcome is not None and outcome.problem is not None  # as noted
             problems.append(outcome.problem)
         return problems
+
+
+def _still_assumed(model: ObjectModel | None, uid: str) -> bool:
+    """Whether a pod assumed bound is still the same pod and still shows no node."""
+    pod = None if model is None else model.obj
+    return isinstance(pod, Pod) and pod.metadata.uid == uid and not pod.spec.node_name
 
 
 def _changed_keys(before: Mapping[Key, object], after: Mapping[Key, object]) -> set[Key]:

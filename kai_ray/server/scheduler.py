@@ -14,7 +14,6 @@ holds, so memory follows the cluster's size, not its history.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import logging
 import threading
@@ -28,13 +27,16 @@ from kubernetes.client.exceptions import ApiException
 
 from kai_ray.api import ManifestProblem
 from kai_ray.api.config import SchedulerConfig
-from kai_ray.api.constants import DEFAULT_NAMESPACE, NODE_POOL_LABEL
+from kai_ray.api.constants import NODE_POOL_LABEL
+from kai_ray.cluster.kube.announce import BURST_PODGROUPS, announce_binds
 from kai_ray.cluster.kube.apply import ApplyResult, BlockedEviction, apply_plan, pod_key
+from kai_ray.cluster.kube.bind_mode import BindMode
 from kai_ray.cluster.kube.bind_request_cleanup import CleanupResult, delete_stale_bind_requests
 from kai_ray.cluster.kube.binder import Binder, BindPassResult
 from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.fence import NotLeader
 from kai_ray.cluster.kube.grouping import PodGrouper, log_grouping
+from kai_ray.cluster.kube.known import KnownObjects
 from kai_ray.cluster.kube.leader import LeaderElector
 from kai_ray.cluster.kube.planner import CyclePlanner
 from kai_ray.cluster.kube.reporting import ProblemReporter
@@ -45,6 +47,7 @@ from kai_ray.cluster.kube.status import (
     StatusWriter,
     api_error_message,
     queue_usage_from_book,
+    split_job_key,
 )
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.plan import Plan
@@ -170,6 +173,8 @@ class KubeScheduler:
     bind_backoff_limit: int | None = DEFAULT_BIND_BACKOFF_LIMIT
     health: Health | None = None
     """Told when the cache has listed everything (readiness), and when it has not yet."""
+    bind_mode: BindMode = BindMode.BIND_REQUEST
+    """KAI's BindRequests for the binder (default), or binding pods directly (fewer writes)."""
     grouper: PodGrouper | None = None
     """Gives our pods their PodGroups each cycle (the operators' podgrouper); None when another
     process does (`kai-ray podgrouper`, KAI's own) and the loop only schedules PodGroups it finds."""
@@ -191,6 +196,8 @@ class KubeScheduler:
             lookup=self.cache.get,
         )
         self.planner = CyclePlanner(self.config, self.executor, self.scheduler_name)
+        self.known = KnownObjects(NODE_POOL_LABEL)
+        """Pod uids, PodGroups' stored status and queue names, from the cache's changes."""
         """Reads the cache and decides; remembers the cache's objects between cycles."""
         self._stop: threading.Event | None = None
         self._elector: LeaderElector | None = None
@@ -243,9 +250,9 @@ class KubeScheduler:
         phases.lap("report")
         session, plan = self.planner.decide(state)
         phases.lap("plan")
-        cached = self.cache.contents(["Pod", "PodGroup", "Queue", "Node"])
-        pod_uids = _pod_uids(cached.objects["Pod"])
-        refs = _podgroup_refs(cached.objects["PodGroup"], pod_uids)
+        known = self.known.refresh(self.cache)
+        pod_uids, refs = known.pod_uids, known.podgroup_refs()
+        direct = self.bind_mode is BindMode.DIRECT
         applied = apply_plan(
             self.api,
             plan,
@@ -254,23 +261,55 @@ class KubeScheduler:
             pod_uids=pod_uids,
             concurrency=self.concurrency,
             backoff_limit=self.bind_backoff_limit,
+            scheduled_events=not direct,
+            direct=self.binder if direct else None,
         )
+        if direct:
+            self._bound_directly(state, plan, applied, pod_uids, refs)
         phases.lap("apply")
-        bound = self._bind()
+        bound = BindPassResult() if direct else self._bind()
         phases.lap("bind")
         blocked = _blocked_reasons(applied.blocked)
         # From the cache, not a GET per PodGroup: the plan names every job, running ones too.
         written = self.status.write_podgroup_status(plan, refs, blocked)
         queues = self.status.write_queue_status(queue_usage_from_book(session.queues))
         phases.lap("status")
-        self._forget_what_is_gone(cached.objects)
+        self._forget_what_is_gone(known)
         seconds = time.perf_counter() - started
         self._report(plan, cleaned, applied, bound, [*written.errors, *queues.errors], seconds)
         if self.metrics is not None:
-            self._observe(session, plan, applied, bound, refs, cached.objects, phases.laps, seconds)
+            self._observe(session, plan, applied, bound, refs, known.display_names, phases.laps, seconds)
         self._publish(state, session, plan, problems)
         waiting = self.binder.retries_waiting()
         return CycleOutcome(plan, cleaned, applied, bound, seconds, reported, phases.laps, waiting)
+
+    def _bound_directly(
+        self,
+        state: ClusterState,
+        plan: Plan,
+        applied: ApplyResult,
+        pod_uids: Mapping[tuple[str, str], str],
+        refs: Mapping[str, PodGroupRef],
+    ) -> None:
+        """What follows direct binds: the pods count as bound until the watch shows them so, and
+        the binds are announced per PodGroup (per queue in a burst)."""
+        done = set(applied.bound)
+        if not done:
+            return
+        assumed = {}
+        for bind in plan.binds:
+            if pod_key(bind) in done:
+                namespace, _ = split_job_key(bind.job)
+                pod = (namespace, bind.task)
+                assumed[pod] = (bind.node, pod_uids.get(pod, ""))
+        self.planner.assume_bound(assumed)
+        jobs = {bind.job for bind in plan.binds if pod_key(bind) in done}
+        queue_of = (
+            {job.key: job.queue for job in state.jobs if job.key in jobs}
+            if len(jobs) > BURST_PODGROUPS
+            else {}
+        )
+        announce_binds(self.events, plan, done, refs, queue_of)
 
     def _publish(
         self, state: ClusterState, session: Session, plan: Plan, problems: list[ManifestProblem]
@@ -360,18 +399,14 @@ class KubeScheduler:
         return None
 
     # ---------------------------------------------------------------- after the cycle
-    def _forget_what_is_gone(self, objects: Mapping[str, list[dict[str, Any]]]) -> None:
-        pods = set(_keys(objects["Pod"]))
-        podgroups = set(_keys(objects["PodGroup"]))
-        queues = {name for _, name in _keys(objects["Queue"])}
-        alive = {("Pod", ns, name) for ns, name in pods} | {("PodGroup", ns, name) for ns, name in podgroups}
-        alive |= {("Queue", DEFAULT_NAMESPACE, name) for name in queues}  # cluster-scoped: Events in default
-        self.events.forget(alive)
+    def _forget_what_is_gone(self, known: KnownObjects) -> None:
+        pods, queues = known.pod_uids.keys(), known.queue_names()
+        self.events.forget(known)
         self.status.forget(pods, queues)
         if self.grouper is not None:
             self.grouper.forget(pods)
         if self.metrics is not None:
-            self.metrics.forget_podgroups(podgroups)
+            self.metrics.forget_podgroups(known.podgroups.keys())
 
     def tracked(self) -> dict[str, int]:
         """How much the loop remembers per object, by memory: the bounded-memory evidence."""
@@ -410,7 +445,7 @@ class KubeScheduler:
             "%d evictions blocked, %d pending jobs, %d API errors, %.3fs",
             len(plan.binds),
             len(applied.bind_requests),
-            len(bound.succeeded),
+            len(bound.succeeded) + len(applied.bound),
             len(bound.failed),
             len(plan.pipelined),
             len(applied.evicted),
@@ -427,7 +462,7 @@ class KubeScheduler:
         applied: ApplyResult,
         bound: BindPassResult,
         refs: Mapping[str, PodGroupRef],
-        objects: Mapping[str, list[dict[str, Any]]],
+        display_names: Mapping[str, str],
         phases: Mapping[str, float],
         seconds: float,
     ) -> None:
@@ -440,7 +475,7 @@ class KubeScheduler:
             action_seconds=session.action_seconds,
             plan=plan,
             queues=session.queues,
-            display_names=_display_names(objects["Queue"]),
+            display_names=display_names,
         )
         for outcome in bound.outcomes:
             metrics.observe_bind(outcome.phase == "Succeeded", outcome.seconds)
@@ -480,22 +515,6 @@ def _evicted_podgroups(
     return evicted
 
 
-def _display_names(queues: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    names = {}
-    for queue in queues:
-        display = (queue.get("spec") or {}).get("displayName")
-        if display:
-            names[str((queue.get("metadata") or {}).get("name"))] = str(display)
-    return names
-
-
-def _keys(objects: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
-    return [
-        (str((o.get("metadata") or {}).get("namespace") or ""), str((o.get("metadata") or {}).get("name")))
-        for o in objects
-    ]
-
-
 class _PhaseClock:
     """Wall-clock seconds between consecutive `lap` calls, named by the step that just ended."""
 
@@ -507,28 +526,3 @@ class _PhaseClock:
         now = time.perf_counter()
         self.laps[name] = now - self._last
         self._last = now
-
-
-def _pod_uids(pods: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
-    uids = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        uids[(meta.get("namespace", ""), meta.get("name", ""))] = meta.get("uid", "")
-    return uids
-
-
-def _podgroup_refs(
-    podgroups: list[dict[str, Any]], pod_uids: dict[tuple[str, str], str]
-) -> dict[str, PodGroupRef]:
-    """Job key ("ns/name") → what the status writer needs, as the cache has it."""
-    refs = {}
-    for obj in podgroups:
-        ref = PodGroupRef.from_object(obj, NODE_POOL_LABEL)
-        refs[f"{ref.namespace}/{ref.name}"] = ref
-    # Pod uids make the pods' Events show in `kubectl describe`; only pending pods get any.
-    members: dict[str, dict[str, str]] = {}
-    for (namespace, name), uid in pod_uids.items():
-        members.setdefault(namespace, {})[name] = uid
-    return {
-        key: dataclasses.replace(ref, pod_uids=members.get(ref.namespace, {})) for key, ref in refs.items()
-    }

@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 from kai_ray import __version__
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.scheduler_conf import SchedulerConfigError, load_scheduler_config
+from kai_ray.cluster.kube.bind_mode import BindMode
 from kai_ray.cluster.kube.fence import FencedApiClient
 from kai_ray.cluster.kube.grouping import PodGrouper
 from kai_ray.cluster.kube.leader import LeaderElector, LeaseTiming, lease_name
@@ -96,6 +97,7 @@ class ServeOptions:
     identity: str | None = None
     config_file: Path | None = None
     bind_backoff_limit: int = 3
+    bind_mode: BindMode = BindMode.BIND_REQUEST
     lease_timing: LeaseTiming = field(default_factory=LeaseTiming)
     grouper: GrouperFactory | None = None
     """The in-process podgrouper; None (`--no-podgrouper`) when another process groups pods."""
@@ -290,6 +292,7 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
         executor=executor,
         metrics=metrics,
         bind_backoff_limit=options.bind_backoff_limit,
+        bind_mode=options.bind_mode,
         grouper=options.grouper(connection.api) if options.grouper is not None else None,
         health=health,
     )

@@ -10,6 +10,7 @@ from kube_support import eventually
 from kube_zone import Zone
 from kubernetes import client
 
+from kai_ray.cluster.kube.bind_mode import BindMode
 from kai_ray.server.scheduler import KubeScheduler
 
 pytestmark = pytest.mark.kube
@@ -107,3 +108,41 @@ def test_a_restarted_scheduler_never_binds_a_pod_twice(kube_api: Any, zone: Zone
     custom = client.CustomObjectsApi(kube_api)
     binds = custom.list_namespaced_custom_object(GROUP, "v1alpha2", namespace, "bindrequests")["items"]
     assert len(binds) == 6
+
+
+def test_direct_binds_place_pods_without_bind_requests_and_never_twice(kube_api: Any, zone: Zone) -> None:
+    """`--bind-mode direct`: the scheduler binds pods itself, no BindRequest is made, the binds
+    are announced on their PodGroups, and a cycle that runs before the watch shows the binds
+    (the very next one) does not place those pods again."""
+    namespace, leaf = zone.name, zone.queues[-1]
+    for index in range(5):
+        zone.pod(f"p-{index}", queue=leaf, gpus=3)  # five 3-GPU pods: four fit on two 8-GPU nodes
+    scheduler = KubeScheduler(
+        kube_api, namespace=namespace, grouper=PodGroupController(kube_api), bind_mode=BindMode.DIRECT
+    )
+    scheduler.start()
+    try:
+
+        def four_bound() -> bool:
+            return sum(1 for p in pods_by_name(kube_api, namespace).values() if p.spec.node_name) == 4
+
+        first = scheduler.run_cycle()  # groups the pods
+        outcomes = [first]
+        assert eventually(four_bound, timeout=60, step=lambda: outcomes.append(scheduler.run_cycle()))
+        outcomes.append(scheduler.run_cycle())  # at once: the cache may not show the binds yet
+        bound = [pod for outcome in outcomes for pod in outcome.applied.bound]
+        assert len(bound) == len(set(bound)) == 4  # each pod bound once, none planned twice
+        assert not [error for outcome in outcomes for error in outcome.applied.errors]
+        custom = client.CustomObjectsApi(kube_api)
+        assert (
+            custom.list_namespaced_custom_object(GROUP, "v1alpha2", namespace, "bindrequests")["items"] == []
+        )
+
+        def announced() -> bool:
+            events = client.CoreV1Api(kube_api).list_namespaced_event(namespace).items
+            scheduled = [e for e in events if e.reason == "Scheduled"]
+            return len(scheduled) == 4 and {e.involved_object.kind for e in scheduled} == {"PodGroup"}
+
+        assert eventually(announced, timeout=30)
+    finally:
+        scheduler.stop()

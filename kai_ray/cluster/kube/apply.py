@@ -32,7 +32,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kubernetes import client
 from kubernetes.client import ApiClient
@@ -62,6 +62,9 @@ from kai_ray.cluster.kube.status import (
     split_job_key,
 )
 from kai_ray.engine.plan import Bind, Eviction, Plan
+
+if TYPE_CHECKING:
+    from kai_ray.cluster.kube.binder import BindOutcome
 
 __all__ = [
     "BINDREQUESTS",
@@ -107,6 +110,8 @@ class ApplyResult(Tally):
     """
 
     bind_requests: list[str] = field(default_factory=list)
+    bound: list[str] = field(default_factory=list)
+    """Pods bound directly (`BindMode.DIRECT`), no BindRequest made."""
     skipped: list[tuple[str, str]] = field(default_factory=list)
     evicted: list[str] = field(default_factory=list)
     blocked: list[BlockedEviction] = field(default_factory=list)
@@ -175,6 +180,12 @@ def bind_request_body(
     }
 
 
+class DirectBinder(Protocol):
+    """Carries out one BindRequest body without the object existing (`Binder.bind_now`)."""
+
+    def bind_now(self, request: Mapping[str, Any]) -> BindOutcome: ...
+
+
 class _Applier:
     def __init__(
         self,
@@ -186,7 +197,9 @@ class _Applier:
         scheduled_events: bool,
         backoff_limit: int | None,
         result: ApplyResult,
+        direct: DirectBinder | None,
     ) -> None:
+        self.direct = direct
         self.core = client.CoreV1Api(api)
         self.custom = CustomObjects(api)
         self.scheduler_name = scheduler_name
@@ -239,6 +252,13 @@ class _Applier:
         body = bind_request_body(
             bind, uid, node_pool_label=self.node_pool_label, backoff_limit=self.backoff_limit
         )
+        if self.direct is not None:
+            outcome = self.direct.bind_now(body)
+            if outcome.phase == "Succeeded":
+                self.result.add("bound", who)
+            else:
+                self.result.add("errors", OperationError("bind", f"Pod {who}", outcome.reason))
+            return
         try:
             discard(
                 self.custom.api.create_namespaced_custom_object(
@@ -439,6 +459,7 @@ def apply_plan(
     node_pool_label: tuple[str, str] | None = None,
     scheduled_events: bool = True,
     backoff_limit: int | None = None,
+    direct: DirectBinder | None = None,
 ) -> ApplyResult:
     """Create BindRequests, evict victims and announce pipelined pods; never raises for API errors.
 
@@ -460,7 +481,9 @@ def apply_plan(
     and pods as KAI does for partitioned shards; leave None for the default shard.
     ``scheduled_events`` writes KAI's ``Scheduled`` Event per bind (one extra API call per
     pod; benchmarks may turn it off).  ``backoff_limit`` goes into every BindRequest
-    (see `bind_request_body`).
+    (see `bind_request_body`).  ``direct`` (`BindMode.DIRECT`) binds each pod at once through
+    it instead of creating a BindRequest, and writes no per-pod Event (the caller announces
+    the cycle's binds per PodGroup).
     """
     result = ApplyResult()
     applier = _Applier(
@@ -472,6 +495,7 @@ def apply_plan(
         scheduled_events,
         backoff_limit,
         result,
+        direct,
     )
     gang_sizes = Counter(e.job for e in plan.evictions)
     evictions = _unique(plan.evictions)

@@ -292,6 +292,23 @@ class Binder:
             with self._lock:
                 self._in_flight.discard(key)
 
+    def bind_now(self, request: Mapping[str, Any]) -> BindOutcome:
+        """Carry out a BindRequest body that was never created (`--bind-mode direct`): the same
+        checks and `pods/binding` call as for a created one, with nothing recorded on it; no
+        per-pod Event or condition either (the scheduler announces its binds per PodGroup)."""
+        meta, spec = request.get("metadata") or {}, request.get("spec") or {}
+        namespace = str(meta.get("namespace"))
+        pod_name, node = str(spec.get("podName") or ""), str(spec.get("selectedNode") or "")
+        started = time.monotonic()
+        try:
+            phase, reason, _ = self._bind(namespace, request, pod_name, node)
+        except _Failure as failure:
+            phase, reason = "Failed", str(failure)
+        except ApiException as exc:
+            phase, reason = "Failed", api_error_message(exc)
+        pod = f"{namespace}/{pod_name}"
+        return BindOutcome(pod, pod, node, phase, reason, time.monotonic() - started)
+
     def _forget_missing(self, items: list[dict[str, Any]]) -> None:
         """Drop memory of requests that no longer exist and of node answers that expired.
 

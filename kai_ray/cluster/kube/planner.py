@@ -7,6 +7,8 @@ cycles to make reading cost what changed lives in one place.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from kai_ray.api import ManifestProblem
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.constants import SCHEDULER_NAME
@@ -38,6 +40,10 @@ class CyclePlanner:
     def read(self, cache: ClusterCache, now: float) -> tuple[ClusterState, list[ManifestProblem]]:
         """The cluster as the cache holds it, converted; problems returned, never raised."""
         return self._reader.read(cache, now)
+
+    def assume_bound(self, pods: Mapping[tuple[str, str], tuple[str, str]]) -> None:
+        """Pods bound by this scheduler itself, (node, uid) each: see `LiveCluster.assume_bound`."""
+        self._reader.assume_bound(pods)
 
     def decide(self, state: ClusterState) -> tuple[Session, Plan]:
         session = open_session(self._compiler.compile(state), self.config, self.executor)

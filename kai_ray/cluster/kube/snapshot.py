@@ -18,6 +18,7 @@ node.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from kai_ray.api import ManifestProblem
 from kai_ray.cluster.kube.cache import ClusterCache
@@ -53,6 +54,10 @@ class CacheReader:
             self._live.apply(updated)
         self._generation = changes.generation
         return self._live.state(now)
+
+    def assume_bound(self, pods: Mapping[tuple[str, str], tuple[str, str]]) -> None:
+        """See `LiveCluster.assume_bound`: pods this scheduler bound itself, (node, uid) each."""
+        self._live.assume_bound(pods)
 
     def __len__(self) -> int:
         """Objects remembered (memory follows the cluster)."""

@@ -30,7 +30,7 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -432,13 +432,12 @@ class EventWriter:
             finally:
                 self._queue.task_done()
 
-    def forget(self, keep: Iterable[tuple[str, str, str]]) -> None:
-        """Drop dedupe memory for objects not in ``keep`` ((kind, namespace, name) triples).
+    def forget(self, alive: Container[tuple[str, str, str]]) -> None:
+        """Drop dedupe memory for objects not in ``alive`` ((kind, namespace, name) triples).
 
         The scheduler calls this every cycle with what the cache holds, so the memory is
         bounded by the objects that exist, not by every object ever seen.
         """
-        alive = set(keep)
         with self._lock:
             for key in [k for k in self._last if k not in alive]:
                 del self._last[key]
