@@ -294,13 +294,14 @@ def bench(
         from kai_ray.devcluster import DevClusterError
 
         try:
+            idle_sizes = kube_bench.idle_sizes(shape) if shape is not None else None
             kube_result = kube_bench.run_kube_bench(
                 _grouper_factory(QUEUE_LABEL, NODE_POOL_LABEL, None),
-                nodes,
-                pods,
+                *(idle_sizes or (nodes, pods)),
                 timeout=timeout,
                 progress=lambda line: typer.echo(line, err=True),
                 bind_mode=bind_mode,
+                idle_seconds=kube_bench.IDLE_WINDOW_SECONDS if idle_sizes is not None else 0.0,
             )
         except (ValueError, DevClusterError) as exc:
             _fail([str(exc)])

@@ -19,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -44,6 +46,9 @@ SCHEDULER_USER_AGENT = "kai-ray-bench-scheduler"
 """The scheduler's user agent, which tells its writes apart in the audit log (the pod runner
 writes pod status too)."""
 DEFAULT_TIMEOUT_SECONDS = 600.0
+IDLE_PATTERN = r"kube-idle-(\d+)x(\d+)"
+"""`--kube --shape kube-idle-NxP`: N nodes, P pods, then the scheduler left running idle."""
+IDLE_WINDOW_SECONDS = 60.0
 CREATE_WORKERS = 16
 
 
@@ -81,6 +86,8 @@ class KubeBenchResult:
     server's audit log (Events included: they go out in the background, all counted)."""
     load_average: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """`os.getloadavg()` at the end: how busy the machine was."""
+    idle: dict[str, float] = field(default_factory=dict)
+    """With `idle_seconds`: the scheduler left running on the settled cluster (`IdleCost`)."""
 
     @property
     def api_writes_per_pod(self) -> float:
@@ -142,6 +149,62 @@ def _create_pods(api: Any, count: int, workers: int) -> None:
             future.result()
 
 
+def idle_sizes(shape: str) -> tuple[int, int]:
+    """(nodes, pods) of a `kube-idle-NxP` shape; anything else is refused with the known name."""
+    match = re.fullmatch(IDLE_PATTERN, shape)
+    if match is None:
+        raise ValueError(f"with --kube, --shape must be kube-idle-NxP (N nodes, P pods), not {shape!r}")
+    nodes, pods = (int(group) for group in match.groups())
+    return nodes, pods
+
+
+def _idle_cost(
+    scheduler: Any, api: Any, pods: int, seconds: float, say: Callable[[str], None]
+) -> dict[str, float]:
+    """What the scheduler costs once everything runs and nothing changes.
+
+    First every pod is Running and a cycle finds nothing to do; then one full cycle is forced
+    (its CPU is `full_cycle_cpu_s`), and the serve loop runs with its default pacing for
+    `seconds` (`cpu_s`, `cycles`); `cpu_per_period_s` spreads that CPU over the periods of
+    KAI's 1 s `schedulePeriod` the window held: what an idle cycle costs, skipped or not.
+    """
+    from kai_ray.server.scheduler import DEFAULT_PERIOD_SECONDS, CyclePacing
+
+    say(f"waiting for {pods} pods Running and a settled cycle")
+    deadline = time.monotonic() + DEFAULT_TIMEOUT_SECONDS
+    unsettled: str | None = "no cycle yet"
+    while unsettled is not None:
+        running = _bound_pods(api, "Running")
+        unsettled = (
+            scheduler.run_cycle().unsettled_by if running >= pods else f"{running}/{pods} pods Running"
+        )
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the cluster never settled: {unsettled}")
+    before = _own_cpu()
+    scheduler.run_cycle()
+    full = _own_cpu() - before
+    say(f"one full idle cycle: {full:.3f} s CPU; now the paced loop for {seconds:.0f} s")
+    stop = threading.Event()
+    timer = threading.Timer(seconds, stop.set)
+    cycles, before = scheduler.cycles_run, _own_cpu()
+    timer.start()
+    scheduler.cycle_until(stop, CyclePacing())
+    cpu = _own_cpu() - before
+    return {
+        "pods_running": float(pods),
+        "full_cycle_cpu_s": full,
+        "window_s": seconds,
+        "cycles": float(scheduler.cycles_run - cycles),
+        "cpu_s": cpu,
+        "cpu_per_period_s": cpu / (seconds / DEFAULT_PERIOD_SECONDS),
+    }
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _writes(events: list[dict[str, Any]]) -> dict[str, int]:
     """The scheduler's writes among audit events, by verb and resource (subresource)."""
     counts: Counter[str] = Counter()
@@ -171,8 +234,8 @@ def _cpu_seconds(workdir: Path) -> dict[str, float]:
     return out
 
 
-def _bound_pods(api: Any) -> int:
-    """Pods of the benchmark that have a node, counted from one paged list."""
+def _bound_pods(api: Any, phase: str | None = None) -> int:
+    """Pods of the benchmark that have a node (and are in `phase`, if given), from one paged list."""
     from kubernetes import client
 
     core: Any = client.CoreV1Api(api)
@@ -180,7 +243,12 @@ def _bound_pods(api: Any) -> int:
     while True:
         response = core.list_namespaced_pod(NAMESPACE, limit=1000, _continue=token, _preload_content=False)
         page = json.loads(response.data)
-        bound += sum(1 for pod in page["items"] if (pod.get("spec") or {}).get("nodeName"))
+        bound += sum(
+            1
+            for pod in page["items"]
+            if (pod.get("spec") or {}).get("nodeName")
+            and phase in (None, (pod.get("status") or {}).get("phase"))
+        )
         token = (page.get("metadata") or {}).get("continue")
         if not token:
             return bound
@@ -198,6 +266,8 @@ def run_kube_bench(
     concurrency: int | None = None,
     progress: Callable[[str], None] | None = None,
     bind_mode: BindMode = BindMode.BIND_REQUEST,
+    count_writes: bool = True,
+    idle_seconds: float = 0.0,
 ) -> KubeBenchResult:
     """Start a dev cluster, create `nodes` GPU nodes and `pods` one-GPU pods, schedule until bound.
 
@@ -246,7 +316,7 @@ def run_kube_bench(
             scheduler.start()
             setup["cache_sync_s"] = time.perf_counter() - started
             try:
-                audit_mark = len(devcluster.read_audit_events(cluster))
+                audit_mark = len(devcluster.read_audit_events(cluster)) if count_writes else 0
                 cpu_before = _cpu_seconds(workdir)
                 first = time.perf_counter()
                 result = _schedule(scheduler, api, nodes, gpus_per_node, pods, first, timeout, say)
@@ -256,7 +326,10 @@ def run_kube_bench(
                 result.events_written_s = time.perf_counter() - first
                 result.events_dropped = scheduler.events.dropped
                 result.concurrency = scheduler.concurrency
-                result.api_writes = _writes(devcluster.read_audit_events(cluster)[audit_mark:])
+                if count_writes:
+                    result.api_writes = _writes(devcluster.read_audit_events(cluster)[audit_mark:])
+                if idle_seconds > 0:
+                    result.idle = _idle_cost(scheduler, api, pods, idle_seconds, say)
                 result.bind_mode = bind_mode.value
                 result.load_average = os.getloadavg()
             finally:
@@ -393,6 +466,14 @@ def render(result: KubeBenchResult, console: Any) -> None:
         f"{result.scheduler_cpu_ms_per_pod:.2f} ms of scheduler CPU per bound pod "
         f"(load average {result.load_average[0]:.1f}); writes: {writes}"
     )
+    if result.idle:
+        idle = result.idle
+        console.print(
+            f"idle with {idle['pods_running']:.0f} pods running: "
+            f"{idle['cpu_per_period_s']:.3f} s of scheduler CPU per 1 s period "
+            f"({idle['cycles']:.0f} cycles in {idle['window_s']:.0f} s); "
+            f"one forced full cycle {idle['full_cycle_cpu_s']:.3f} s"
+        )
     if result.events_dropped:
         console.print(f"{result.events_dropped} Events dropped (queue full)")
     for error in result.errors:

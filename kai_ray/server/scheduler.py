@@ -135,11 +135,21 @@ class CycleOutcome:
     def settled(self) -> bool:
         """Nothing done, nothing failed, nothing pending: the next cycle would decide the same
         unless the cluster changes (or, rarely, time runs out on a grace period)."""
+        return self.unsettled_by is None
+
+    @property
+    def unsettled_by(self) -> str | None:
+        """The first thing that keeps the cycle from being settled, for logs; None if it is."""
         plan, applied, bound = self.plan, self.applied, self.bound
-        acted = plan.binds or plan.pipelined or plan.evictions or plan.pending_reasons
-        written = applied.bind_requests or applied.evicted or applied.errors or self.cleaned.deleted
-        binding = bound.outcomes or bound.errors or bound.timed_out or self.waiting
-        return not (acted or written or binding or self.cleaned.errors)
+        reasons = (
+            ("placed pods", plan.binds or plan.pipelined),
+            ("evictions", plan.evictions),
+            ("pending jobs", plan.pending_reasons),
+            ("writes", applied.bind_requests or applied.bound or applied.evicted or self.cleaned.deleted),
+            ("API errors", applied.errors or self.cleaned.errors or bound.errors),
+            ("binds under way", bound.outcomes or bound.timed_out or self.waiting),
+        )
+        return next((name for name, present in reasons if present), None)
 
 
 @dataclass(frozen=True)
@@ -350,13 +360,7 @@ class KubeScheduler:
                 return outcome
             if self.metrics is not None:
                 self.metrics.set_leader(True)
-            while not stop.is_set():
-                if elector is not None and not elector.leadership.is_leader():
-                    outcome = RunOutcome.LOST_LEADERSHIP
-                    break
-                seen = self.cache.generation
-                outcome_of_cycle = self._guarded_cycle()
-                pacing.wait(self.cache, seen, outcome_of_cycle is not None and outcome_of_cycle.settled, stop)
+            outcome = self.cycle_until(stop, pacing, elector)
         finally:
             if self.metrics is not None:
                 self.metrics.set_leader(False)
@@ -364,6 +368,25 @@ class KubeScheduler:
                 elector.release()
             self.stop()
         return outcome
+
+    def cycle_until(
+        self, stop: threading.Event, pacing: CyclePacing, elector: LeaderElector | None = None
+    ) -> RunOutcome:
+        """The loop of `run` on a started cache: cycles paced by `pacing` until `stop` is set or
+        (with an elector) leadership is lost."""
+        while not stop.is_set():
+            if elector is not None and not elector.leadership.is_leader():
+                return RunOutcome.LOST_LEADERSHIP
+            seen = self.cache.generation
+            outcome = self._guarded_cycle()
+            pacing.wait(self.cache, seen, outcome is not None and outcome.settled, stop)
+        return RunOutcome.STOPPED
+
+    @property
+    def cycles_run(self) -> int:
+        """Cycles that ran to their end so far."""
+        with self._listeners_lock:
+            return self._cycles
 
     def _bind(self) -> BindPassResult:
         """Bind passes of at most `BIND_PASS_TIMEOUT_SECONDS` each, until none runs out of time.
