@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-__all__ = ["YOUNG_COLLECTION_THRESHOLD", "tune_gc_for_serving"]
+__all__ = ["YOUNG_COLLECTION_THRESHOLD", "freeze_what_lives", "tune_gc_for_serving"]
 
 YOUNG_COLLECTION_THRESHOLD = 20_000
 """Allocations between young collections (CPython's default is 700)."""
@@ -25,3 +25,18 @@ def tune_gc_for_serving() -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, middle, old)
+
+
+def freeze_what_lives() -> None:
+    """Collect, then move every object alive now out of the collector's reach.
+
+    Why: a scheduler's model of the cluster (a validated model, a converted task and its
+    conversion's bookkeeping per pod) is built after start-up and lives as long as the process;
+    left to the collector, every full collection walks it again (a third of an idle cycle's CPU
+    at 10,000 pods).  Frozen objects are still freed by reference counting when the cluster
+    sheds them, and the model holds no reference cycles, so freezing it leaks nothing.  Called
+    once the first read of the cluster is done, before the first session is built (sessions
+    are cyclic: they must stay collectable).
+    """
+    gc.collect()
+    gc.freeze()

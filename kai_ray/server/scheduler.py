@@ -15,6 +15,7 @@ holds, so memory follows the cluster's size, not its history.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import threading
 import time
@@ -55,6 +56,7 @@ from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.engine.session import Session
 from kai_ray.model.objects import ClusterState
 from kai_ray.server.endpoints import Health
+from kai_ray.server.gc_tuning import freeze_what_lives
 from kai_ray.server.metrics import EvictedPodGroup, SchedulerMetrics
 
 log = logging.getLogger(__name__)
@@ -204,6 +206,7 @@ class KubeScheduler:
             recorder=self.events,
             concurrency=self.concurrency,
             lookup=self.cache.get,
+            requests=functools.partial(self.cache.objects, "BindRequest"),
         )
         self.planner = CyclePlanner(self.config, self.executor, self.scheduler_name)
         self.known = KnownObjects(NODE_POOL_LABEL)
@@ -235,6 +238,12 @@ class KubeScheduler:
         if synced and self.health is not None:
             self.health.mark_ready()
         return synced
+
+    def warm_up(self) -> None:
+        """Read the whole cache into the cluster model once, and keep the collector off it
+        (`freeze_what_lives`): the first cycle then reads only what changed since."""
+        self.planner.read(self.cache, time.time())
+        freeze_what_lives()
 
     def stop(self) -> None:
         """Stop the cache and send the Events still queued (waiting at most a few seconds)."""
@@ -273,6 +282,7 @@ class KubeScheduler:
             backoff_limit=self.bind_backoff_limit,
             scheduled_events=not direct,
             direct=self.binder if direct else None,
+            observe=self.cache.observe,
         )
         if direct:
             self._bound_directly(state, plan, applied, pod_uids, refs)
@@ -353,6 +363,7 @@ class KubeScheduler:
         if not self.start(stop):
             self.stop()
             return RunOutcome.STOPPED
+        self.warm_up()
         self._stop, self._elector = stop, elector
         outcome = RunOutcome.STOPPED
         try:

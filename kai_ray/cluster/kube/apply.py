@@ -198,8 +198,10 @@ class _Applier:
         backoff_limit: int | None,
         result: ApplyResult,
         direct: DirectBinder | None,
+        observe: Callable[[str, Mapping[str, Any]], bool] | None,
     ) -> None:
         self.direct = direct
+        self.observe = observe
         self.core = client.CoreV1Api(api)
         self.custom = CustomObjects(api)
         self.scheduler_name = scheduler_name
@@ -260,16 +262,13 @@ class _Applier:
                 self.result.add("errors", OperationError("bind", f"Pod {who}", outcome.reason))
             return
         try:
-            discard(
-                self.custom.api.create_namespaced_custom_object(
-                    SCHEDULING_GROUP,
-                    BINDREQUEST_VERSION,
-                    namespace,
-                    BINDREQUESTS,
-                    body,
-                    _preload_content=False,
-                )
+            response: Any = self.custom.api.create_namespaced_custom_object(
+                SCHEDULING_GROUP, BINDREQUEST_VERSION, namespace, BINDREQUESTS, body, _preload_content=False
             )
+            if self.observe is not None:
+                # The binder reads BindRequests from the cache: it must find this one at once.
+                self.observe("BindRequest", json.loads(response.data))
+            discard(response)
         except ApiException as exc:
             if exc.status == 409:
                 self.result.add("skipped", (who, self._existing_request(namespace, bind.task)))
@@ -460,6 +459,7 @@ def apply_plan(
     scheduled_events: bool = True,
     backoff_limit: int | None = None,
     direct: DirectBinder | None = None,
+    observe: Callable[[str, Mapping[str, Any]], bool] | None = None,
 ) -> ApplyResult:
     """Create BindRequests, evict victims and announce pipelined pods; never raises for API errors.
 
@@ -483,7 +483,8 @@ def apply_plan(
     pod; benchmarks may turn it off).  ``backoff_limit`` goes into every BindRequest
     (see `bind_request_body`).  ``direct`` (`BindMode.DIRECT`) binds each pod at once through
     it instead of creating a BindRequest, and writes no per-pod Event (the caller announces
-    the cycle's binds per PodGroup).
+    the cycle's binds per PodGroup).  ``observe(kind, object)`` (`ClusterCache.observe`) is
+    told of every BindRequest created, so a binder reading the cache finds it at once.
     """
     result = ApplyResult()
     applier = _Applier(
@@ -496,6 +497,7 @@ def apply_plan(
         backoff_limit,
         result,
         direct,
+        observe,
     )
     gang_sizes = Counter(e.job for e in plan.evictions)
     evictions = _unique(plan.evictions)

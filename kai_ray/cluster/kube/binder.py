@@ -157,6 +157,8 @@ class Binder:
     (wire form; namespace "" for nodes) or None, like `ClusterCache.get`.  With it, a pod the
     cache shows bindable is bound without reading it first, under a resourceVersion
     precondition (see `_bind_as_cached`), and a node the cache holds is not read either.
+    ``requests()`` returns the BindRequests as a cache holds them; without it each pass lists
+    them from the API server.
     """
 
     def __init__(
@@ -170,6 +172,7 @@ class Binder:
         node_cache_seconds: float = 10.0,
         recorder: EventWriter | None = None,
         lookup: Callable[[str, str, str], Mapping[str, Any] | None] | None = None,
+        requests: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = CustomObjects(api)
@@ -180,6 +183,7 @@ class Binder:
         self.node_cache_seconds = node_cache_seconds
         self.recorder = recorder or EventWriter(api, component=BINDER_COMPONENT)
         self.lookup = lookup
+        self.requests = requests
         self._nodes: dict[str, float] = {}
         self._in_flight: set[tuple[str, str]] = set()
         self._done: dict[tuple[str, str], str] = {}
@@ -189,6 +193,8 @@ class Binder:
     # ---- listing ------------------------------------------------------------------------
 
     def _list(self) -> tuple[list[dict[str, Any]], str]:
+        if self.requests is not None:
+            return self.requests(), ""
         api = self.custom.api
         if self.namespace is None:
             listing = api.list_cluster_custom_object(SCHEDULING_GROUP, BINDREQUEST_VERSION, BINDREQUESTS)

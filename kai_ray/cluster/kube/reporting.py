@@ -24,13 +24,14 @@ The Event and condition plumbing is `status.py`'s, shared with the applier.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from kai_ray.api import ManifestProblem
 from kai_ray.api.constants import DEFAULT_NAMESPACE, NODE_POOL_LABEL
 from kai_ray.cluster.kube.cache import RESOURCES, ClusterCache
+from kai_ray.cluster.kube.derived import DerivedTable
 from kai_ray.cluster.kube.status import (
     PODGROUP_VERSION,
     PODGROUPS,
@@ -105,6 +106,10 @@ class ProblemReporter:
         self._recorder = recorder or EventWriter(api, component=cache.scheduler_name)
         self._reported: set[_Key] = set()
         self._conditions: dict[tuple[str, str], str] = {}
+        self._with_own = DerivedTable("PodGroup", _with_own_conditions)
+        """PodGroups as the cache holds them, those carrying a condition of ours as their ref."""
+        self._flagged: set[tuple[str, str]] = set()
+        """(namespace, name) of the PodGroups that carry one: what `_clear_fixed` looks at."""
 
     def report(self, problems: Iterable[ManifestProblem]) -> int:
         """Write what is new since the last call; returns how many Events were written.
@@ -164,14 +169,23 @@ class ProblemReporter:
         self._conditions[key] = message
 
     def _clear_fixed(self, troubled: set[tuple[str, str]]) -> None:
-        """Drop our conditions from PodGroups that no longer have a problem."""
-        for group in self._cache.objects("PodGroup"):
-            ref = PodGroupRef.from_object(group, NODE_POOL_LABEL)
+        """Drop our conditions from PodGroups that no longer have a problem.
+
+        Only PodGroups that carry one are looked at, found from the cache's changes rather than
+        by reading every PodGroup each cycle."""
+        refs = self._with_own.refresh(self._cache)
+        for key in self._with_own.changed:
+            if refs.get(key) is not None:
+                self._flagged.add(key)
+            else:
+                self._flagged.discard(key)
+        for key in sorted(self._flagged):
+            ref = refs[key]
+            assert ref is not None  # flagged: it carries a condition of ours
             if (ref.namespace, ref.name) in troubled:
                 continue
             kept = [c for c in ref.scheduling_conditions if not _is_own(c)]
-            if len(kept) != len(ref.scheduling_conditions):
-                self._patch(ref, [dict(c) for c in kept] or None)
+            self._patch(ref, [dict(c) for c in kept] or None)
 
     def _patch(self, ref: PodGroupRef, conditions: list[dict[str, Any]] | None) -> bool:
         """Merge-patch `status.schedulingConditions`; False when the API refused (logged, retried)."""
@@ -193,6 +207,11 @@ def _reason(problem: ManifestProblem) -> PendingReason:
     missing_queue = problem.field == "spec.queue"
     cause = PendingCause.QUEUE_DOES_NOT_EXIST if missing_queue else PendingCause.INVALID
     return PendingReason(cause, problem_text(problem))
+
+
+def _with_own_conditions(group: Mapping[str, Any]) -> PodGroupRef | None:
+    ref = PodGroupRef.from_object(group, NODE_POOL_LABEL)
+    return ref if any(_is_own(c) for c in ref.scheduling_conditions) else None
 
 
 def _is_own(condition: Any) -> bool:
