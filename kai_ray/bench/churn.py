@@ -20,6 +20,7 @@ from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.planner import CyclePlanner
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.plan import Plan
+from kai_ray.server.gc_tuning import freeze_what_lives
 
 __all__ = ["ChurnRuns", "run_churn"]
 
@@ -49,14 +50,17 @@ def run_churn(
     nodes: int, pods: int, repeat: int, executor: Executor | None = None, *, rebuild: bool = False
 ) -> ChurnRuns:
     """One untimed cycle on the freshly listed cluster (the first cycle of a scheduler that just
-    synced), then `repeat` timed cycles, each after one cycle's churn.  ``rebuild``: every cycle
+    synced, its model frozen out of the collector's reach as `serve` does), then `repeat` timed
+    cycles, each after one cycle's churn.  ``rebuild``: every cycle
     starts from a new planner, as if nothing were remembered from the previous one."""
     cluster = ChurnCluster(nodes, pods)
     cache = ClusterCache(None)
     _apply(cache, list(cluster.initial()))
     config = SchedulerConfig()
     planner = CyclePlanner(config, executor)
-    plan = planner.plan(cache, NOW)
+    state, _ = planner.read(cache, NOW)
+    freeze_what_lives()  # as `serve` does once its first read is done (`KubeScheduler.warm_up`)
+    plan = planner.decide(state)[1]
     runs: list[float] = []
     event_seconds: list[float] = []
     for _ in range(repeat):
