@@ -154,6 +154,12 @@ class LiveCluster:
     def __len__(self) -> int:
         return sum(len(models) for models in self._models.values())
 
+    def remembered(self) -> int:
+        """Entries kept besides the objects (pod records, PodGroup memberships, jobs): for the
+        bounded-memory checks, it follows the objects that exist, never their history."""
+        pods = sum(len(records) for records in self._pods.values())
+        return pods + len(self._members) + len(self._templates) + len(self._jobs) + len(self._assumed)
+
     # ---------------------------------------------------------------- changes in
     def assume_bound(self, pods: Mapping[Key, tuple[str, str]]) -> None:
         """Pods bound (pod → (node, uid)) ahead of their objects: until a pod's object shows a
@@ -200,7 +206,10 @@ class LiveCluster:
         if record is not None and isinstance(record.model.obj, Pod):
             group = pod_group_key(record.model.obj)
             if group is not None:
-                self._members.get(group, set()).discard((_POD_KINDS.index(kind), key))
+                members = self._members.get(group, set())
+                members.discard((_POD_KINDS.index(kind), key))
+                if not members:
+                    self._members.pop(group, None)  # memory follows the pods that exist
                 self._dirty_jobs.add(group)
 
     def _pod_changed(self, kind: str, key: Key, model: ObjectModel | None) -> None:

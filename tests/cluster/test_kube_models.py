@@ -250,3 +250,21 @@ def test_watch_events_applied_in_process_change_the_cache_as_a_watch_does() -> N
     assert cache.sizes()["Node"] == 0
     with pytest.raises(ValueError, match="unknown watch event type 'BOOKMARK'"):
         cache.apply_event("BOOKMARK", "Node", dict(body))
+
+
+def test_what_the_reader_remembers_follows_the_objects_that_exist_not_their_history() -> None:
+    """Pods and PodGroups of new names come and go (churn): once they are gone, nothing about
+    them is kept."""
+    cache = filled(cluster())
+    reader = CacheReader("kai-scheduler")
+    reader.read(cache, now=0.0)
+    settled = reader.remembered()
+    for number in range(50):
+        name = f"short-{number}"
+        cache.apply_event("ADDED", "PodGroup", versioned(podgroup(name), str(1000 + 4 * number)))
+        cache.apply_event("ADDED", "Pod", versioned(pod(name, gpus=1, group=name), str(1001 + 4 * number)))
+        reader.read(cache, now=0.0)
+        cache.apply_event("DELETED", "Pod", versioned(pod(name), str(1002 + 4 * number)))
+        cache.apply_event("DELETED", "PodGroup", versioned(podgroup(name), str(1003 + 4 * number)))
+        reader.read(cache, now=0.0)
+    assert reader.remembered() == settled and len(reader) == len(cluster())

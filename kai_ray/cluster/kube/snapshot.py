@@ -63,6 +63,10 @@ class CacheReader:
         """Objects remembered (memory follows the cluster)."""
         return len(self._live)
 
+    def remembered(self) -> int:
+        """What is kept besides the objects (`LiveCluster.remembered`)."""
+        return self._live.remembered()
+
 
 def snapshot(cache: ClusterCache, now: float | None = None) -> tuple[ClusterState, list[ManifestProblem]]:
     """A one-off read of the cache by a new reader; `now` defaults to the wall clock."""
