@@ -105,22 +105,27 @@ def test_an_outage_logs_a_few_lines_and_scheduling_resumes(
 
 
 def stacks_of(serve: Serve) -> str:
-    """Every thread's stack of a live `serve` (SIGUSR1, `dump_stacks_on_sigusr1`), and its log tail."""
+    """Every thread's stack of a live `serve` (SIGUSR1, `dump_stacks_on_sigusr1`): the raw text its
+    stderr received since the signal.
+
+    Read as bytes, not as log lines: faulthandler writes each frame in several small writes
+    from a signal handler while the other threads keep logging, so a JSON line can land in
+    the middle of a frame's line (seen on loaded CI runs: " in " then a log line, then
+    "<module>"). Each name is one write, so the main thread's bottom frame, the script's
+    `<module>` (it is the oldest thread, dumped last), is whole however the lines interleave.
+    """
     if serve.proc.poll() is not None:
         return f"serve exited {serve.proc.returncode}\n{serve.tail()}"
-    before = len(serve.entries())
+    start = serve.log_path.stat().st_size
     serve.proc.send_signal(signal.SIGUSR1)
-    # The main thread is the oldest, so it comes last, and its bottom frame is the script's
-    # `<module>`: seeing that line means the whole dump is in the log.
-    # 30 s, not 10: once, on a loaded CI run, the whole dump was not in the log after 10 s
-    # (cause not found: faulthandler writes straight to the stderr file; 16 threads, far from
-    # its 100-thread limit).
-    wait_until(
-        lambda: any("in <module>" in str(e.get("raw", "")) for e in serve.entries()[before:]),
-        30,
-        "a whole stack dump",
-    )
-    return "\n".join(str(e.get("raw", e.get("message", ""))) for e in serve.entries()[-200:])
+
+    def since_signal() -> str:
+        with serve.log_path.open("rb") as log:
+            log.seek(start)
+            return log.read().decode(errors="replace")
+
+    wait_until(lambda: "<module>" in since_signal(), 30, f"a whole stack dump\n{since_signal()}")
+    return since_signal()
 
 
 def test_sigusr1_dumps_every_threads_stack_and_serve_goes_on(
