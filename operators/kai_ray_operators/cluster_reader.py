@@ -7,15 +7,17 @@ with the cluster; the same few owners serve hundreds of pods.  So each read
 is remembered for `ttl` seconds (answers "not found" and "forbidden" too),
 resource names come from API discovery once per group/version, and pods and
 PodGroups, which the informer cache holds, are read from it.  Memory: entries
-expire, and `prune` drops them.
+expire, and `prune` drops them.  A `ReadTrace` says whether one plan read anything, so a
+caller knows which plans depend on the pod alone.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -26,7 +28,7 @@ from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray_operators.errors import Forbidden, NotFound, ReadError
 from kai_ray_operators.fields import GroupVersionKind, KubeObject, labels_of
 
-__all__ = ["ClusterReader"]
+__all__ = ["ClusterReader", "ReadTrace"]
 
 READ_TIMEOUT = (5.0, 10.0)
 _FROM_CACHE = {
@@ -41,6 +43,14 @@ _FROM_CACHE = {
 class _Resource:
     plural: str
     namespaced: bool
+
+
+@dataclass
+class ReadTrace:
+    """What the reads inside one `ClusterReader.tracing` block amounted to."""
+
+    reads: int = 0
+    """Objects got and listings made, from the informer cache or the API server."""
 
 
 @dataclass
@@ -64,12 +74,24 @@ class ClusterReader:
         self._answers: dict[tuple[str, ...], _Answer] = {}
         self._resources: dict[tuple[str, str], dict[str, _Resource]] = {}
         self._lock = threading.Lock()
+        self._trace: ReadTrace | None = None
+
+    @contextlib.contextmanager
+    def tracing(self) -> Iterator[ReadTrace]:
+        """Record what the reads inside the block touch (one caller at a time: the grouper's pass)."""
+        trace = ReadTrace()
+        self._trace = trace
+        try:
+            yield trace
+        finally:
+            self._trace = None
 
     # ---------------------------------------------------------------- ObjectReader
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> KubeObject:
         gvk = GroupVersionKind.of({"apiVersion": api_version, "kind": kind})
         cached_kind = _FROM_CACHE.get((gvk.group, kind))
         if cached_kind is not None:
+            self._count_read()
             found = self._cache.get(cached_kind, namespace, name)
             if found is None:
                 raise NotFound(_subject(kind, namespace, name), "not found")
@@ -85,6 +107,7 @@ class ClusterReader:
         gvk = GroupVersionKind.of({"apiVersion": api_version, "kind": kind})
         cached_kind = _FROM_CACHE.get((gvk.group, kind))
         if cached_kind is not None:
+            self._count_read()
             return [
                 obj
                 for obj in self._cache.objects(cached_kind)
@@ -113,7 +136,12 @@ class ClusterReader:
             return len(self._answers)
 
     # ---------------------------------------------------------------- reading
+    def _count_read(self) -> None:
+        if self._trace is not None:
+            self._trace.reads += 1
+
     def _remembered(self, key: tuple[str, ...], read: Callable[[], Any]) -> Any:
+        self._count_read()
         now = self._clock()
         with self._lock:
             answer = self._answers.get(key)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kai_ray_operators import controller as controller_module
 from kai_ray_operators.controller import PodGroupController
 from kube_zone import batch_job
 from kubernetes import client, config
@@ -235,6 +236,45 @@ def test_a_changed_workload_reaches_its_podgroup_on_the_next_refresh(kube_api: A
     spec = ns.podgroups()[name]["spec"]
     assert spec["minMember"] == 2
     assert spec["queue"] == "default-queue"  # frozen at creation, as KAI's podgrouper keeps it
+
+
+def test_a_linked_bare_pod_is_planned_again_only_when_what_a_plan_reads_of_it_changes(
+    kube_api: Any, ns: Namespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planned: list[str] = []
+    plan_pod = controller_module.plan_pod
+
+    def counted(reader: Any, config: Any, pod: dict[str, Any]) -> Any:
+        planned.append(pod["metadata"]["name"])
+        return plan_pod(reader, config, pod)
+
+    ns.pod("solo")
+    now = [0.0]
+    grouper = PodGroupController(kube_api, refresh_seconds=30.0, clock=lambda: now[0])
+    events = EventWriter(kube_api)
+    monkeypatch.setattr(controller_module, "plan_pod", counted)
+    with cache_of(kube_api, ns.name) as cache:
+        see_pods(cache, 1)
+        assert grouper.group(cache, events).annotated == [f"{ns.name}/solo"]
+        now[0] = 31.0  # its first plan read its PriorityClass and PodGroup: refreshed once...
+        grouper.group(cache, events)
+        assert planned == ["solo", "solo"]
+        now[0] = 1000.0  # ...and that plan read nothing but the pod (it names its PodGroup now)
+        grouper.group(cache, events)
+        assert planned == ["solo", "solo"]
+
+        ns.core.patch_namespaced_pod_status("solo", ns.name, {"status": {"phase": "Running"}})
+        assert cache.wait_until(
+            lambda: (cache.get("Pod", ns.name, "solo") or {}).get("status", {}).get("phase") == "Running",
+            TIMEOUT,
+        )
+        grouper.group(cache, events)
+        assert planned == ["solo", "solo"]  # status is no input of a plan
+
+        ns.core.patch_namespaced_pod("solo", ns.name, {"metadata": {"labels": {"team": "a"}}})
+        assert cache.wait_until(lambda: "team" in str(cache.get("Pod", ns.name, "solo")), TIMEOUT)
+        grouper.group(cache, events)
+        assert planned == ["solo", "solo", "solo"]  # labels are
 
 
 def test_queue_and_priority_fallbacks(kube_api: Any, ns: Namespace) -> None:

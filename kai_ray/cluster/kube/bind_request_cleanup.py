@@ -12,6 +12,7 @@ from the informer cache, before the cycle takes its snapshot.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -64,12 +65,17 @@ def delete_stale_bind_requests(api: Any, cache: ClusterCache, *, concurrency: in
     result = CleanupResult()
     if not (cache.synced("Node") and cache.synced("BindRequest")):
         return result
-    contents = cache.contents(["BindRequest", "Node"])
-    nodes = [str((n.get("metadata") or {}).get("name")) for n in contents.objects["Node"]]
+    # Unparsed, so only the requests are parsed: nodes are many and large, and only their names
+    # matter here (parsing every node each cycle was a sixth of an idle cycle at 1,250 nodes).
+    entries = cache.entries(["BindRequest", "Node"])
+    requests = [json.loads(entry.text) for entry in entries.objects["BindRequest"]]
+    if not requests:
+        return result
+    nodes = [entry.name for entry in entries.objects["Node"]]
     custom = client.CustomObjectsApi(api)
     calls = [
         functools.partial(_delete, custom, cache, request, why, result)
-        for request, why in stale_bind_requests(contents.objects["BindRequest"], nodes)
+        for request, why in stale_bind_requests(requests, nodes)
     ]
     run_bounded(calls, concurrency)
     return result
