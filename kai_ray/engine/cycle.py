@@ -12,6 +12,7 @@ from kai_ray.engine.actions.consolidation import consolidation
 from kai_ray.engine.actions.preempt import preempt
 from kai_ray.engine.actions.reclaim import reclaim
 from kai_ray.engine.actions.stale_gang import stale_gang_eviction
+from kai_ray.engine.job_pool import JobPool
 from kai_ray.engine.plan import Plan, build_plan
 from kai_ray.engine.session import Session
 from kai_ray.model.snapshot import Snapshot
@@ -27,13 +28,14 @@ ACTIONS: dict[str, Action] = {
 }
 
 
-def open_session(snapshot: Snapshot, config: SchedulerConfig, executor: Executor | None = None) -> Session:
-    return Session(snapshot, config, executor)
+def open_session(
+    snapshot: Snapshot, config: SchedulerConfig, executor: Executor | None = None, pool: JobPool | None = None
+) -> Session:
+    return Session(snapshot, config, executor, pool)
 
 
 def run_actions(session: Session) -> Plan:
     """Run the configured actions in order; their durations land in `session.action_seconds`."""
-    initial = {task.uid: (task.status, task.node) for job in session.jobs for task in job.tasks}
     for name in session.config.actions:
         action = ACTIONS.get(name)
         if action is not None:
@@ -41,7 +43,7 @@ def run_actions(session: Session) -> Plan:
             started = time.perf_counter()
             action(session)
             session.action_seconds[name] = time.perf_counter() - started
-    return build_plan(session, initial)
+    return build_plan(session)
 
 
 def schedule(snapshot: Snapshot, config: SchedulerConfig, executor: Executor | None = None) -> Plan:

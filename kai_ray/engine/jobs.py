@@ -9,7 +9,7 @@ tasks, because gang rules (§8) count tasks per pod set constantly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from kai_ray.model.objects import (
     TaskStatus,
 )
 from kai_ray.model.resources import CPU, GPU, MEMORY, NUM_RESOURCES, PODS
+
+if TYPE_CHECKING:
+    from kai_ray.engine.plan import TaskState
 
 
 class OrderableJob(Protocol):
@@ -139,6 +142,10 @@ class Job:
     tasks: list[Task] = field(default_factory=list)
     pod_sets: dict[str, PodSet] = field(default_factory=dict)
     last_start: float | None = None
+    plan_states: dict[tuple[str, str], TaskState] | None = None
+    """Its tasks' states in the last plan that saw it: still true while none of them moved."""
+    stale: bool | None = None
+    """Whether it was a stale gang when last checked: still true while none of its tasks moved."""
 
     @property
     def name(self) -> str:

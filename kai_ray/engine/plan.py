@@ -65,18 +65,25 @@ def task_state(session: Session, task: Task) -> TaskState:
     )
 
 
-def build_plan(session: Session, initial: dict[int, tuple[TaskStatus, int | None]]) -> Plan:
-    """Everything that changed since `initial` (task uid → status and node row at session open).
+def build_plan(session: Session) -> Plan:
+    """Everything that changed since the session opened (`Session.placed_at_open`).
 
     Every eviction the session made has a reason recorded by the action that made it
     (`Session.eviction_reasons`); a missing one is a bug, so it is looked up, not defaulted.
+    A job no task of which moved ends where it started: its task states are those of the
+    last plan that saw the same job (`Job.plan_states`, kept with the job by a `JobPool`).
     """
     plan = Plan(problems=list(session.snapshot.problems))
+    moved = session.moved_jobs()
     for job in session.jobs:
+        if job not in moved and job.plan_states is not None:
+            plan.tasks.update(job.plan_states)
+            continue
+        states = {}
         for task in job.tasks:
             state = task_state(session, task)
-            plan.tasks[(job.key, task.name)] = state
-            before, before_node = initial[task.uid]
+            states[(job.key, task.name)] = state
+            before, before_node = session.placed_at_open.get(task.uid, (task.status, task.node))
             if task.status == before:
                 continue
             if task.status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED) and state.node is not None:
@@ -96,8 +103,10 @@ def build_plan(session: Session, initial: dict[int, tuple[TaskStatus, int | None
             elif task.status == TaskStatus.RELEASING:
                 reason = session.eviction_reasons[task.uid]
                 plan.evictions.append(Eviction(job.key, task.name, state.node, reason))
-        if job.pending_tasks():
-            plan.pending_reasons[job.key] = session.job_reason(job) or NOT_REACHED
+        plan.tasks.update(states)
+        job.plan_states = states
+    for job in session.jobs_with_pending_tasks():
+        plan.pending_reasons[job.key] = session.job_reason(job) or NOT_REACHED
     for problem in session.snapshot.problems:
         if problem.kind == "PodGroup":
             missing_queue = problem.field == "spec.queue"

@@ -17,7 +17,8 @@ import numpy as np
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.distributed.executor import Executor, LocalExecutor
-from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task, build_job
+from kai_ray.engine.job_pool import JobPool
+from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task
 from kai_ray.engine.node_finder import NodeFinder
 from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.plugins.base import OrderKey, Plugin
@@ -35,7 +36,13 @@ DEFAULT_GPU_MEMORY_MIB = 100.0
 
 
 class Session:
-    def __init__(self, snapshot: Snapshot, config: SchedulerConfig, executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        config: SchedulerConfig,
+        executor: Executor | None = None,
+        pool: JobPool | None = None,
+    ) -> None:
         self.snapshot = snapshot
         self.config = config
         self.executor: Executor = executor or LocalExecutor()
@@ -60,6 +67,12 @@ class Session:
         self._queue_keys: dict[tuple[str, int, bytes], OrderKey] = {}
         self._task_keys: dict[int, OrderKey] = {}
         self._job_moves: dict[Job, int] = {}
+        self.placed_at_open: dict[int, tuple[TaskStatus, int | None]] = {}
+        """Task uid → (status, node row) when the session opened, for each task that moved."""
+        self._pending: dict[Job, int] = {}
+        """Job → how many of its tasks are pending, for the jobs that have one: what most actions
+        start from, without scanning every job."""
+        self._position: dict[Job, int] = {}
         self.gang_tasks: dict[Job, tuple[int, list[Task]]] = {}
         """Job → (its `job_moves` then, the tasks `gang.tasks_to_allocate` found): see there."""
         self.simulating = False
@@ -67,30 +80,30 @@ class Session:
         memories = [m for m in snapshot.nodes.gpu_memory if m > DEFAULT_GPU_MEMORY_MIB]
         self.min_gpu_memory = float(min(memories, default=DEFAULT_GPU_MEMORY_MIB))
         self.max_gpu_memory = float(max(memories, default=DEFAULT_GPU_MEMORY_MIB))
-        self._build_jobs()
+        self._build_jobs(pool)
         self.plugins = self._build_plugins()
         self._in_session = True
         for plugin in self.plugins:
             plugin.on_session_open()
 
     # ------------------------------------------------------------------ set-up
-    def _build_jobs(self) -> None:
-        """The session's jobs, with what the snapshot's placements hold booked on nodes and queues.
+    def _build_jobs(self, pool: JobPool | None) -> None:
+        """The session's jobs (from `pool` when given: see `JobPool`), with what the snapshot's
+        placements hold booked on nodes and queues.
 
         Booked in one go per array rather than one numpy call per task, which was most of a
         session's opening with tens of thousands of running pods; each task is booked exactly
         as `_add` and `add_request` would book it (same values, same order).
         """
         table = self.snapshot.nodes
-        uid = 0
+        self.jobs = (pool or JobPool()).jobs_for(self.snapshot.jobs, table)
         rows: list[int] = []
         requests: list[np.ndarray] = []
         statuses: list[TaskStatus] = []
         charges = QueueCharges()
-        for spec in self.snapshot.jobs:
-            job = build_job(spec, table.index, uid)
-            uid += len(spec.tasks)
-            self.jobs.append(job)
+        for position, job in enumerate(self.jobs):
+            spec = job.spec
+            self._position[job] = position
             chain = self.queues.chains[job.queue]
             for task in job.tasks:
                 node, status = task.node, task.status
@@ -111,6 +124,7 @@ class Session:
                     charges.charge(chain, charge, not spec.preemptible)
                     charges.request(chain, charge)
                 elif status == TaskStatus.PENDING:
+                    self._pending[job] = self._pending.get(job, 0) + 1
                     charges.request(
                         chain,
                         (task.spec.cpu_millis, task.spec.memory, task.accepted_gpus(self.min_gpu_memory)),
@@ -135,16 +149,32 @@ class Session:
 
     # ------------------------------------------------------------------ the one primitive
     def move_task(self, task: Task, placement: Placement) -> None:
+        self.placed_at_open.setdefault(task.uid, (task.status, task.node))
         self._remove(task)
+        was_pending = task.status == TaskStatus.PENDING
         task.status, task.node, task.groups = placement.status, placement.node, placement.groups
         self._add(task)
-        self._job_moves[task.job] = self._job_moves.get(task.job, 0) + 1
+        job = task.job
+        self._job_moves[job] = self._job_moves.get(job, 0) + 1
+        pending = self._pending.get(job, 0) - was_pending + (task.status == TaskStatus.PENDING)
+        if pending:
+            self._pending[job] = pending
+        else:
+            self._pending.pop(job, None)
         if placement.status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED):
             self.placed_by[task.uid] = self.current_action
 
     def job_moves(self, job: Job) -> int:
         """How many times a task of the job moved this session: what it depends on changed."""
         return self._job_moves.get(job, 0)
+
+    def jobs_with_pending_tasks(self) -> list[Job]:
+        """In session order, as a scan of `jobs` would find them."""
+        return sorted(self._pending, key=self._position.__getitem__)
+
+    def moved_jobs(self) -> set[Job]:
+        """Jobs a task of which moved this session (even if a rollback put it back)."""
+        return set(self._job_moves)
 
     def _add(self, task: Task) -> None:
         self.nodes.add(task)

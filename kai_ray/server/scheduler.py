@@ -209,9 +209,9 @@ class KubeScheduler:
             requests=functools.partial(self.cache.objects, "BindRequest"),
         )
         self.planner = CyclePlanner(self.config, self.executor, self.scheduler_name)
+        """Reads the cache and decides; remembers the cache's objects between cycles."""
         self.known = KnownObjects(NODE_POOL_LABEL)
         """Pod uids, PodGroups' stored status and queue names, from the cache's changes."""
-        """Reads the cache and decides; remembers the cache's objects between cycles."""
         self._stop: threading.Event | None = None
         self._elector: LeaderElector | None = None
         self._cycle_listeners: list[CycleListener] = []
@@ -226,6 +226,7 @@ class KubeScheduler:
         """
         with self._listeners_lock:
             self._cycle_listeners.append(listener)
+        self.planner.share_sessions()
 
     def start(self, stop: threading.Event | None = None) -> bool:
         """Start the cache and wait for its first full list; False if `stop` was set meanwhile.

@@ -17,6 +17,7 @@ from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.manifests import ManifestCollector, validate_object
 from kai_ray.cluster.kube.cache import CachedObject, CacheEntries, ClusterCache
 from kai_ray.cluster.kube.models import ModelCache
+from kai_ray.cluster.kube.planner import CyclePlanner
 from kai_ray.cluster.kube.snapshot import CacheReader, snapshot
 from kai_ray.convert import cluster_from_manifest_set, occupancy_only
 from kai_ray.convert.live import KIND_ORDER, LiveCluster, ObjectModel
@@ -201,13 +202,15 @@ def random_object(rng: random.Random, now: float) -> tuple[str, dict[str, Any]]:
 def test_after_any_stream_of_watch_events_the_incremental_snapshot_is_a_rebuilt_one(seed: int) -> None:
     """Random adds, updates and deletes of every kind, in any order, in batches; after every
     batch the reader that kept its models and conversions gives exactly the `ClusterState` and
-    problems of a fresh reader and of the manifest conversion of the same objects, and the
-    compiler that kept its compiled jobs the snapshot compiled afresh.  The clock moves too (a
-    deleted pod turns stuck in releasing after two minutes)."""
+    problems of a fresh reader and of the manifest conversion of the same objects, the
+    compiler that kept its compiled jobs the snapshot compiled afresh, and the planner that
+    keeps its compiled and session jobs (`JobPool`) the plan of a fresh session.  The clock
+    moves too (a deleted pod turns stuck in releasing after two minutes)."""
     rng = random.Random(seed)
     cache = ClusterCache(None)
     kept = CacheReader("kai-scheduler")
     compiler = SnapshotCompiler()
+    planner = CyclePlanner(SchedulerConfig())
     revision = 0
     now = 1_767_225_600.0
     for _ in range(30):
@@ -224,6 +227,8 @@ def test_after_any_stream_of_watch_events_the_incremental_snapshot_is_a_rebuilt_
         assert incremental == CacheReader("kai-scheduler").read(cache, now)
         assert incremental == reference(cache, now)
         assert comparable(compiler.compile(incremental[0])) == comparable(compile_snapshot(incremental[0]))
+        fresh = schedule(compile_snapshot(incremental[0]), SchedulerConfig())
+        assert planner.decide(incremental[0])[1] == fresh
         assert len(kept) == sum(cache.sizes().values())
 
 

@@ -2,7 +2,8 @@
 
 Apart from the loop that writes (`kai_ray.server.scheduler`) so that the churn benchmark times
 exactly the scheduler's reading and deciding, in process, and so that what is remembered between
-cycles to make reading cost what changed lives in one place.
+cycles to make reading and deciding cost what changed (models, compiled jobs, session jobs)
+lives in one place.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.snapshot import CacheReader
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import open_session, run_actions
+from kai_ray.engine.job_pool import JobPool
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.session import Session
 from kai_ray.model.objects import ClusterState
@@ -36,6 +38,12 @@ class CyclePlanner:
         self.executor = executor
         self._reader = CacheReader(scheduler_name)
         self._compiler = SnapshotCompiler()
+        self._pool: JobPool | None = JobPool()
+
+    def share_sessions(self) -> None:
+        """Someone reads each cycle's session after the next cycle started (the gRPC API's
+        views): stop reusing jobs, whose tasks a later session would move under that reader."""
+        self._pool = None
 
     def read(self, cache: ClusterCache, now: float) -> tuple[ClusterState, list[ManifestProblem]]:
         """The cluster as the cache holds it, converted; problems returned, never raised."""
@@ -46,8 +54,11 @@ class CyclePlanner:
         self._reader.assume_bound(pods)
 
     def decide(self, state: ClusterState) -> tuple[Session, Plan]:
-        session = open_session(self._compiler.compile(state), self.config, self.executor)
-        return session, run_actions(session)
+        session = open_session(self._compiler.compile(state), self.config, self.executor, self._pool)
+        plan = run_actions(session)
+        if self._pool is not None:
+            self._pool.keep(session.jobs, session.moved_jobs())
+        return session, plan
 
     def plan(self, cache: ClusterCache, now: float) -> Plan:
         """`read` then `decide`, for a caller with no use for the steps between."""

@@ -32,9 +32,7 @@ def not_ready_message(job: Job) -> str:
 
 def pending_ready_jobs(session: Session) -> list[Job]:
     jobs = []
-    for job in session.jobs:
-        if not job.pending_tasks():
-            continue
+    for job in session.jobs_with_pending_tasks():
         if not job.ready():
             session.note_reason(job, PendingReason(PendingCause.NOT_READY, not_ready_message(job)))
             continue

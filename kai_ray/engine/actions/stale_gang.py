@@ -18,8 +18,11 @@ def is_stale(job: Job) -> bool:
 
 
 def stale_gang_eviction(session: Session) -> None:
+    moved = session.moved_jobs()
     for job in session.jobs:
-        if not is_stale(job):
+        if job.stale is None or job in moved:
+            job.stale = is_stale(job)  # a job kept from the last session was checked there
+        if not job.stale:
             session.stale_since.pop(job.name, None)
             continue
         since = job.spec.stale_since if job.spec.stale_since is not None else session.now

@@ -1,0 +1,69 @@
+"""Session jobs kept between cycles (`JobPool`, through `CyclePlanner`) never change a decision.
+
+Each test plans a state with a planner that keeps jobs, then a state that reuses some of the
+same objects (as `LiveCluster` hands back what did not change), and compares the plan with
+the plan of a fresh session.
+"""
+
+from __future__ import annotations
+
+import pytest
+from builders import binds, cluster
+
+from kai_ray.api.config import SchedulerConfig
+from kai_ray.cluster.kube.planner import CyclePlanner
+from kai_ray.engine.cycle import schedule
+from kai_ray.model.objects import ClusterState, TaskStatus
+from kai_ray.model.snapshot import compile_snapshot
+
+pytestmark = pytest.mark.unit
+
+
+def fresh_plan(state: ClusterState) -> object:
+    return schedule(compile_snapshot(state), SchedulerConfig())
+
+
+def test_a_job_its_session_moved_is_built_again_so_an_unapplied_plan_is_made_again() -> None:
+    state = cluster().node("n1", gpus=8).queue("q").job("train", queue="q", gpus=2, pods=2).build()
+    planner = CyclePlanner(SchedulerConfig())
+    first = planner.decide(state)[1]
+    again = planner.decide(state)[1]  # the binds were never applied: the same pods are pending
+    assert binds(first) == {"train-0": "n1", "train-1": "n1"}
+    assert again == first == fresh_plan(state)
+
+
+def test_a_kept_job_that_moves_in_a_later_session_is_judged_and_reported_afresh() -> None:
+    """A gang below its minimum, kept while it waits, then completed when a blocker leaves:
+    past its grace period it must not be evicted as the stale gang it was, and its new pod
+    must be reported bound (both answers were remembered with the kept job)."""
+    state = (
+        cluster()
+        .node("n1", gpus=8)
+        .queue("q")
+        .job("gang", queue="q", gpus=4, pods=1, status=TaskStatus.RUNNING, node="n1")
+        .task()
+        .job("blocker", queue="q", gpus=4, status=TaskStatus.RUNNING, node="n1")
+        .build()
+    )
+    gang = state.jobs[0]
+    gang.stale_since, gang.staleness_grace = 0.0, 60.0
+    planner = CyclePlanner(SchedulerConfig())
+    waiting = planner.decide(state)[1]
+    assert binds(waiting) == {} and waiting.evictions == []
+    later = ClusterState(nodes=state.nodes, queues=state.queues, jobs=[gang], now=100.0)
+    plan = planner.decide(later)[1]
+    assert binds(plan) == {"gang-1": "n1"} and plan.evictions == []
+    assert plan == fresh_plan(later)
+
+
+def test_once_sessions_are_read_after_the_next_one_opens_no_job_is_shared_between_them() -> None:
+    running = (
+        cluster().node("n1", gpus=8).queue("q").job("web", queue="q", status=TaskStatus.RUNNING, node="n1")
+    )
+    planner = CyclePlanner(SchedulerConfig())
+    built = running.build()
+    first = planner.decide(built)[0]
+    assert planner.decide(built)[0].jobs[0] is first.jobs[0]  # untouched: kept
+    planner.share_sessions()  # as the gRPC API's Kubernetes backend asks
+    read_later = planner.decide(built)[0]
+    assert planner.decide(built)[0].jobs[0] is not read_later.jobs[0]
