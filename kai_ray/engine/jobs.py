@@ -26,6 +26,7 @@ from kai_ray.model.objects import (
 from kai_ray.model.resources import CPU, GPU, MEMORY, NUM_RESOURCES, PODS
 
 if TYPE_CHECKING:
+    from kai_ray.engine.booking import JobBooking
     from kai_ray.engine.plan import TaskState
 
 
@@ -146,6 +147,8 @@ class Job:
     """Its tasks' states in the last plan that saw it: still true while none of them moved."""
     stale: bool | None = None
     """Whether it was a stale gang when last checked: still true while none of its tasks moved."""
+    booking: JobBooking | None = None
+    """What its tasks held when its first session opened: still true while none of them moved."""
 
     @property
     def name(self) -> str:

@@ -122,13 +122,20 @@ class QueueCharges:
     request_rows: list[int] = field(default_factory=list)
     requests: list[tuple[float, float, float]] = field(default_factory=list)
 
-    def charge(self, chain: list[int], vector: tuple[float, float, float], protected: bool) -> None:
-        self.rows.extend(chain)
-        self.vectors.extend([vector] * len(chain))
+    def charge(self, chain: list[int], vectors: list[tuple[float, float, float]], protected: bool) -> None:
+        """Each of `vectors` in turn, on every queue of `chain`."""
+        if not vectors:
+            return
+        self.rows.extend(chain * len(vectors))
+        repeated = [vector for vector in vectors for _ in chain]
+        self.vectors.extend(repeated)
         if protected:
-            self.protected_rows.extend(chain)
-            self.protected.extend([vector] * len(chain))
+            self.protected_rows.extend(chain * len(vectors))
+            self.protected.extend(repeated)
 
-    def request(self, chain: list[int], vector: tuple[float, float, float]) -> None:
-        self.request_rows.extend(chain)
-        self.requests.extend([vector] * len(chain))
+    def request(self, chain: list[int], vectors: list[tuple[float, float, float]]) -> None:
+        """Each of `vectors` in turn, on every queue of `chain`."""
+        if not vectors:
+            return
+        self.request_rows.extend(chain * len(vectors))
+        self.requests.extend([vector for vector in vectors for _ in chain])

@@ -17,6 +17,7 @@ import numpy as np
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.distributed.executor import Executor, LocalExecutor
+from kai_ray.engine.booking import book_job
 from kai_ray.engine.job_pool import JobPool
 from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task
 from kai_ray.engine.node_finder import NodeFinder
@@ -26,7 +27,7 @@ from kai_ray.engine.plugins.registry import plugin_class
 from kai_ray.engine.queues import QueueBook, QueueCharges
 from kai_ray.engine.reasons import EvictionReason, PendingReason, main_cause
 from kai_ray.engine.statement import Operation, Placement
-from kai_ray.model.objects import OCCUPYING, QUEUE_CHARGING, TaskStatus
+from kai_ray.model.objects import QUEUE_CHARGING, TaskStatus
 from kai_ray.model.resources import CPU, GPU, MEMORY, NUM_RESOURCES
 from kai_ray.model.snapshot import Snapshot
 
@@ -93,7 +94,8 @@ class Session:
 
         Booked in one go per array rather than one numpy call per task, which was most of a
         session's opening with tens of thousands of running pods; each task is booked exactly
-        as `_add` and `add_request` would book it (same values, same order).
+        as `_add` and `add_request` would book it (same values, same order), from the job's
+        `JobBooking`, which a kept job brings along.
         """
         table = self.snapshot.nodes
         self.jobs = (pool or JobPool()).jobs_for(self.snapshot.jobs, table)
@@ -102,33 +104,21 @@ class Session:
         statuses: list[TaskStatus] = []
         charges = QueueCharges()
         for position, job in enumerate(self.jobs):
-            spec = job.spec
             self._position[job] = position
+            booking = job.booking
+            if booking is None:
+                booking = job.booking = book_job(job, table.gpu_memory, self.min_gpu_memory)
+            rows.extend(booking.rows)
+            requests.extend(booking.requests)
+            statuses.extend(booking.statuses)
+            for task in booking.shared:
+                self.nodes.add(task)  # its GPU groups are booked one by one
             chain = self.queues.chains[job.queue]
-            for task in job.tasks:
-                node, status = task.node, task.status
-                if node is not None and status in OCCUPYING:
-                    if task.is_shared_gpu:
-                        self.nodes.add(task)  # its GPU groups are booked one by one
-                    else:
-                        rows.append(node)
-                        requests.append(task.request)
-                        statuses.append(status)
-                if node is not None and status in QUEUE_CHARGING:
-                    charge = (
-                        task.spec.cpu_millis,
-                        task.spec.memory,
-                        task.accepted_gpus(float(table.gpu_memory[node])),
-                    )
-                    self._charged_at_open.add(task.uid)
-                    charges.charge(chain, charge, not spec.preemptible)
-                    charges.request(chain, charge)
-                elif status == TaskStatus.PENDING:
-                    self._pending[job] = self._pending.get(job, 0) + 1
-                    charges.request(
-                        chain,
-                        (task.spec.cpu_millis, task.spec.memory, task.accepted_gpus(self.min_gpu_memory)),
-                    )
+            charges.charge(chain, booking.charges, not job.spec.preemptible)
+            charges.request(chain, booking.requested)
+            self._charged_at_open.update(booking.charged)
+            if booking.pending:
+                self._pending[job] = booking.pending
         self.nodes.add_placed(rows, np.asarray(requests).reshape(len(rows), NUM_RESOURCES), statuses)
         self.queues.open_with(charges)
 
