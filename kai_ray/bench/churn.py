@@ -20,7 +20,7 @@ from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.planner import CyclePlanner
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.plan import Plan
-from kai_ray.server.gc_tuning import freeze_what_lives
+from kai_ray.server.gc_tuning import freeze_what_lives, tune_gc_for_serving
 
 __all__ = ["ChurnRuns", "run_churn"]
 
@@ -52,7 +52,9 @@ def run_churn(
     """One untimed cycle on the freshly listed cluster (the first cycle of a scheduler that just
     synced, its model frozen out of the collector's reach as `serve` does), then `repeat` timed
     cycles, each after one cycle's churn.  ``rebuild``: every cycle
-    starts from a new planner, as if nothing were remembered from the previous one."""
+    starts from a new planner, as if nothing were remembered from the previous one.  The
+    collector is tuned as `serve` tunes it at start-up (`tune_gc_for_serving`)."""
+    tune_gc_for_serving()
     cluster = ChurnCluster(nodes, pods)
     cache = ClusterCache(None)
     _apply(cache, list(cluster.initial()))
