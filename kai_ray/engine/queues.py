@@ -7,6 +7,7 @@ indexed by queue row; columns are (cpu, memory, gpu).
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -54,13 +55,13 @@ class QueueBook:
         """Book the snapshot's placements and requests at once (`charge` and `add_request` for
         each, in the same order: `np.add.at` adds element by element, in order)."""
         if charges.rows:
-            np.add.at(self.allocated, charges.rows, np.asarray(charges.vectors))
+            np.add.at(self.allocated, charges.rows, _by_row(charges.vectors))
             for row, count in Counter(charges.rows).items():
                 self.versions[row] += count
         if charges.protected_rows:
-            np.add.at(self.allocated_non_preemptible, charges.protected_rows, np.asarray(charges.protected))
+            np.add.at(self.allocated_non_preemptible, charges.protected_rows, _by_row(charges.protected))
         if charges.request_rows:
-            np.add.at(self.request, charges.request_rows, np.asarray(charges.requests))
+            np.add.at(self.request, charges.request_rows, _by_row(charges.requests))
 
     def compute_fair_shares(self, totals: np.ndarray, k_value: float) -> None:
         nodes = [
@@ -103,6 +104,11 @@ def _triple(queue: QueueSpec, attribute: str) -> list[float]:
 
 def _by_resource(values: np.ndarray) -> dict[str, float]:
     return {r: float(v) for r, v in zip(FAIRNESS_RESOURCES, values, strict=True)}
+
+
+def _by_row(vectors: list[tuple[float, float, float]]) -> np.ndarray:
+    """`np.asarray(vectors)`, several times faster for long lists of tuples."""
+    return np.fromiter(itertools.chain.from_iterable(vectors), float, 3 * len(vectors)).reshape(-1, 3)
 
 
 def _zero_request() -> dict[str, float]:

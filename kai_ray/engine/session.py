@@ -103,22 +103,26 @@ class Session:
         requests: list[np.ndarray] = []
         statuses: list[TaskStatus] = []
         charges = QueueCharges()
+        chains, min_gpu_memory = self.queues.chains, self.min_gpu_memory
+        charged, pending, positions = self._charged_at_open, self._pending, self._position
         for position, job in enumerate(self.jobs):
-            self._position[job] = position
+            positions[job] = position
             booking = job.booking
             if booking is None:
-                booking = job.booking = book_job(job, table.gpu_memory, self.min_gpu_memory)
-            rows.extend(booking.rows)
-            requests.extend(booking.requests)
-            statuses.extend(booking.statuses)
+                booking = job.booking = book_job(job, table.gpu_memory, min_gpu_memory)
+            if booking.rows:
+                rows.extend(booking.rows)
+                requests.extend(booking.requests)
+                statuses.extend(booking.statuses)
             for task in booking.shared:
                 self.nodes.add(task)  # its GPU groups are booked one by one
-            chain = self.queues.chains[job.queue]
+            chain = chains[job.spec.queue]
             charges.charge(chain, booking.charges, not job.spec.preemptible)
             charges.request(chain, booking.requested)
-            self._charged_at_open.update(booking.charged)
+            if booking.charged:
+                charged.update(booking.charged)
             if booking.pending:
-                self._pending[job] = booking.pending
+                pending[job] = booking.pending
         self.nodes.add_placed(rows, np.asarray(requests).reshape(len(rows), NUM_RESOURCES), statuses)
         self.queues.open_with(charges)
 
