@@ -163,10 +163,12 @@ def _idle_cost(
 ) -> dict[str, float]:
     """What the scheduler costs once everything runs and nothing changes.
 
-    First every pod is Running and a cycle finds nothing to do; then one full cycle is forced
-    (its CPU is `full_cycle_cpu_s`), and the serve loop runs with its default pacing for
-    `seconds` (`cpu_s`, `cycles`); `cpu_per_period_s` spreads that CPU over the periods of
-    KAI's 1 s `schedulePeriod` the window held: what an idle cycle costs, skipped or not.
+    First every pod is Running and a cycle finds nothing to do; then the serve loop runs with
+    its default pacing for `seconds` (`cpu_s`, `cycles`), and `cpu_per_period_s` spreads that
+    CPU over the periods of KAI's 1 s `schedulePeriod` the window held: what an idle cycle
+    costs, skipped or not. Last, one full cycle is forced (its CPU is `full_cycle_cpu_s`):
+    what a cycle of the settled cluster costs when one runs (after the window, so that work
+    done once after a burst, the podgrouper's first refresh of each pod, is not in it).
     """
     from kai_ray.server.scheduler import DEFAULT_PERIOD_SECONDS, CyclePacing
 
@@ -180,21 +182,22 @@ def _idle_cost(
         )
         if time.monotonic() > deadline:
             raise TimeoutError(f"the cluster never settled: {unsettled}")
-    before = _own_cpu()
-    scheduler.run_cycle()
-    full = _own_cpu() - before
-    say(f"one full idle cycle: {full:.3f} s CPU; now the paced loop for {seconds:.0f} s")
+    say(f"settled; the paced loop for {seconds:.0f} s")
     stop = threading.Event()
     timer = threading.Timer(seconds, stop.set)
     cycles, before = scheduler.cycles_run, _own_cpu()
     timer.start()
     scheduler.cycle_until(stop, CyclePacing())
     cpu = _own_cpu() - before
+    cycles = scheduler.cycles_run - cycles
+    before = _own_cpu()
+    scheduler.run_cycle()
+    full = _own_cpu() - before
     return {
         "pods_running": float(pods),
         "full_cycle_cpu_s": full,
         "window_s": seconds,
-        "cycles": float(scheduler.cycles_run - cycles),
+        "cycles": float(cycles),
         "cpu_s": cpu,
         "cpu_per_period_s": cpu / (seconds / DEFAULT_PERIOD_SECONDS),
     }
