@@ -451,7 +451,12 @@ def test_malformed_objects_are_reported_and_skipped(
 
         reporter = ProblemReporter(kube_api, cache)
         assert reporter.report(problems) >= 6
-        until(cache, "the condition", lambda: _conditions(cache, namespace, "lost") != [])
+        # Written together, seen through the watch one by one: wait for both.
+        until(
+            cache,
+            "the conditions",
+            lambda: all(_conditions(cache, namespace, name) for name in ("lost", "tangled")),
+        )
         lost = _conditions(cache, namespace, "lost")
         assert [(c["type"], c["status"], c["reasons"][0]["reason"]) for c in lost] == [
             ("UnschedulableOnNodePool", "True", "QueueDoesNotExist")

@@ -9,6 +9,7 @@ process in one clear line, and a stop request honoured even before the first syn
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -159,7 +160,12 @@ def test_an_outage_past_the_renew_deadline_ends_leadership_in_one_line(
     seen = len(serve.entries())
 
     proxy.down()
-    assert serve.proc.wait(timeout=30) == 1, serve.tail()
+    try:
+        exit_status = serve.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        # Seen once on a loaded CI run (log quiet after the first failed watch): say where it waits.
+        raise AssertionError(f"still running 30 s into the outage\n{stacks_of(serve)}") from None
+    assert exit_status == 1, serve.tail()
     after = serve.entries()[seen:]
     errors = [e["message"] for e in after if e.get("level") == "ERROR"]
     assert any(m.startswith("exiting: leadership was lost") for m in errors), errors

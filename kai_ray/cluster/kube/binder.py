@@ -258,8 +258,6 @@ class Binder:
         """
         meta = obj.get("metadata") or {}
         namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-        spec = obj.get("spec") or {}
-        pod_name, node = str(spec.get("podName") or ""), str(spec.get("selectedNode") or "")
         key = (namespace, name)
         if not _needs_work(obj):
             return None
@@ -271,22 +269,7 @@ class Binder:
                 return None
             self._in_flight.add(key)
         try:
-            pod_uid = ""
-            started = time.monotonic()
-            try:
-                phase, reason, pod_uid = self._bind(namespace, obj, pod_name, node)
-            except _Failure as failure:
-                phase, reason = "Failed", str(failure)
-            except ApiException as exc:
-                phase, reason = "Failed", api_error_message(exc)
-            outcome = BindOutcome(
-                f"{namespace}/{name}",
-                f"{namespace}/{pod_name}",
-                node,
-                phase,
-                reason,
-                time.monotonic() - started,
-            )
+            outcome, pod_uid = self._attempt(f"{namespace}/{name}", obj)
             retry = self._record(obj, outcome, pod_uid)
             with self._lock:
                 if retry is None:
@@ -303,17 +286,24 @@ class Binder:
         checks and `pods/binding` call as for a created one, with nothing recorded on it; no
         per-pod Event or condition either (the scheduler announces its binds per PodGroup)."""
         meta, spec = request.get("metadata") or {}, request.get("spec") or {}
-        namespace = str(meta.get("namespace"))
+        pod = f"{meta.get('namespace')}/{spec.get('podName') or ''}"
+        return self._attempt(pod, request)[0]
+
+    def _attempt(self, name: str, request: Mapping[str, Any]) -> tuple[BindOutcome, str]:
+        """Bind the pod `request` names (`name` is how the outcome names the request) and the
+        pod's uid; an API error or a failed check is a `Failed` outcome, never raised."""
+        meta, spec = request.get("metadata") or {}, request.get("spec") or {}
+        namespace = str(meta.get("namespace") or "")
         pod_name, node = str(spec.get("podName") or ""), str(spec.get("selectedNode") or "")
-        started = time.monotonic()
+        started, pod_uid = time.monotonic(), ""
         try:
-            phase, reason, _ = self._bind(namespace, request, pod_name, node)
+            phase, reason, pod_uid = self._bind(namespace, request, pod_name, node)
         except _Failure as failure:
             phase, reason = "Failed", str(failure)
         except ApiException as exc:
             phase, reason = "Failed", api_error_message(exc)
-        pod = f"{namespace}/{pod_name}"
-        return BindOutcome(pod, pod, node, phase, reason, time.monotonic() - started)
+        seconds = time.monotonic() - started
+        return BindOutcome(name, f"{namespace}/{pod_name}", node, phase, reason, seconds), pod_uid
 
     def _forget_missing(self, items: list[dict[str, Any]]) -> None:
         """Drop memory of requests that no longer exist and of node answers that expired.
