@@ -11,8 +11,11 @@ makes "the same spec" an identity test.
 
 from __future__ import annotations
 
+import operator
+
+from kai_ray.engine.booking import Opening
 from kai_ray.engine.jobs import Job, build_job
-from kai_ray.model.objects import JobSpec
+from kai_ray.model.objects import JobSpec, QueueSpec
 from kai_ray.model.snapshot import NodeTable
 
 __all__ = ["JobPool"]
@@ -31,10 +34,11 @@ class JobPool:
         self._kept: dict[int, Job] = {}
         """id(spec) → its job; the job holds the spec, so the id cannot be reused meanwhile."""
         self._next_uid = 0
+        self._opening: tuple[dict[str, QueueSpec], Opening] | None = None
 
     def jobs_for(self, specs: list[JobSpec], table: NodeTable) -> list[Job]:
         if table is not self._table:
-            self._table, self._kept = table, {}
+            self._table, self._kept, self._opening = table, {}, None
         jobs = []
         for spec in specs:
             kept = self._kept.get(id(spec))
@@ -43,6 +47,19 @@ class JobPool:
                 self._next_uid += len(spec.tasks)
             jobs.append(kept)
         return jobs
+
+    def opening(self, jobs: list[Job], queues: dict[str, QueueSpec]) -> Opening | None:
+        """The last session's `Opening` when `jobs` are its jobs, in its order, under the same
+        queue tree (the same objects: a queue change renumbers the chains): an idle cycle."""
+        if self._opening is None:
+            return None
+        known_queues, opening = self._opening
+        if known_queues is not queues or len(jobs) != len(opening.jobs):
+            return None
+        return opening if all(map(operator.is_, jobs, opening.jobs)) else None
+
+    def remember(self, opening: Opening, queues: dict[str, QueueSpec]) -> None:
+        self._opening = (queues, opening)
 
     def keep(self, jobs: list[Job], moved: set[Job]) -> None:
         """After a session: keep its jobs that none of its actions moved."""

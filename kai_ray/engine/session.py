@@ -17,18 +17,18 @@ import numpy as np
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.distributed.executor import Executor, LocalExecutor
-from kai_ray.engine.booking import book_job
+from kai_ray.engine.booking import open_jobs
 from kai_ray.engine.job_pool import JobPool
 from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task
 from kai_ray.engine.node_finder import NodeFinder
 from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.plugins.base import OrderKey, Plugin
 from kai_ray.engine.plugins.registry import plugin_class
-from kai_ray.engine.queues import QueueBook, QueueCharges
+from kai_ray.engine.queues import QueueBook
 from kai_ray.engine.reasons import EvictionReason, PendingReason, main_cause
 from kai_ray.engine.statement import Operation, Placement
 from kai_ray.model.objects import QUEUE_CHARGING, TaskStatus
-from kai_ray.model.resources import CPU, GPU, MEMORY, NUM_RESOURCES
+from kai_ray.model.resources import CPU, GPU, MEMORY
 from kai_ray.model.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -98,33 +98,19 @@ class Session:
         `JobBooking`, which a kept job brings along.
         """
         table = self.snapshot.nodes
-        self.jobs = (pool or JobPool()).jobs_for(self.snapshot.jobs, table)
-        rows: list[int] = []
-        requests: list[np.ndarray] = []
-        statuses: list[TaskStatus] = []
-        charges = QueueCharges()
-        chains, min_gpu_memory = self.queues.chains, self.min_gpu_memory
-        charged, pending, positions = self._charged_at_open, self._pending, self._position
-        for position, job in enumerate(self.jobs):
-            positions[job] = position
-            booking = job.booking
-            if booking is None:
-                booking = job.booking = book_job(job, table.gpu_memory, min_gpu_memory)
-            if booking.rows:
-                rows.extend(booking.rows)
-                requests.extend(booking.requests)
-                statuses.extend(booking.statuses)
-            for task in booking.shared:
-                self.nodes.add(task)  # its GPU groups are booked one by one
-            chain = chains[job.spec.queue]
-            charges.charge(chain, booking.charges, not job.spec.preemptible)
-            charges.request(chain, booking.requested)
-            if booking.charged:
-                charged.update(booking.charged)
-            if booking.pending:
-                pending[job] = booking.pending
-        self.nodes.add_placed(rows, np.asarray(requests).reshape(len(rows), NUM_RESOURCES), statuses)
-        self.queues.open_with(charges)
+        pool = pool or JobPool()
+        self.jobs = pool.jobs_for(self.snapshot.jobs, table)
+        opening = pool.opening(self.jobs, self.snapshot.queues)
+        if opening is None:
+            opening = open_jobs(self.jobs, table.gpu_memory, self.min_gpu_memory, self.queues.chains)
+            pool.remember(opening, self.snapshot.queues)
+        for task in opening.shared:
+            self.nodes.add(task)  # its GPU groups are booked one by one
+        self.nodes.add_placed(opening.rows, opening.requests, opening.statuses)
+        self.queues.open_with(opening.charges)
+        self._charged_at_open = set(opening.charged)
+        self._pending = dict(opening.pending)
+        self._position = opening.positions
 
     def _build_plugins(self) -> list[Plugin]:
         plugins = []

@@ -7,12 +7,15 @@ the plan of a fresh session.
 
 from __future__ import annotations
 
+import operator
+
+import numpy as np
 import pytest
 from builders import binds, cluster
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.cluster.kube.planner import CyclePlanner
-from kai_ray.engine.cycle import schedule
+from kai_ray.engine.cycle import open_session, schedule
 from kai_ray.model.objects import ClusterState, TaskStatus
 from kai_ray.model.snapshot import compile_snapshot
 
@@ -67,3 +70,28 @@ def test_once_sessions_are_read_after_the_next_one_opens_no_job_is_shared_betwee
     planner.share_sessions()  # as the gRPC API's Kubernetes backend asks
     read_later = planner.decide(built)[0]
     assert planner.decide(built)[0].jobs[0] is not read_later.jobs[0]
+
+
+def test_a_session_whose_jobs_are_all_the_last_ones_opens_to_the_books_of_a_fresh_one() -> None:
+    """An idle cycle: nothing moved, nothing changed; the pool's whole opening is reused and
+    must book nodes (shared GPUs included) and queues exactly as a fresh session does."""
+    state = (
+        cluster()
+        .node("n1", gpus=8)
+        .queue("q")
+        .job("whole", queue="q", gpus=2, pods=2, status=TaskStatus.RUNNING, node="n1")
+        .job("half", queue="q", gpus=0.5, status=TaskStatus.RUNNING, node="n1", gpu_groups=("g1",))
+        .job("too-big", queue="q", gpus=16)
+        .build()
+    )
+    planner = CyclePlanner(SchedulerConfig())
+    first = planner.decide(state)[0]
+    second, plan = planner.decide(state)
+    fresh = open_session(compile_snapshot(state), SchedulerConfig())
+    assert all(map(operator.is_, second.jobs, first.jobs))
+    for books in (lambda s: s.nodes.idle, lambda s: s.nodes.releasing, lambda s: s.queues.allocated):
+        assert np.array_equal(books(second), books(fresh))
+    assert np.array_equal(second.queues.request, fresh.queues.request)
+    assert second.nodes.groups == fresh.nodes.groups
+    assert [job.name for job in second.jobs_with_pending_tasks()] == ["too-big"]
+    assert plan == fresh_plan(state)
