@@ -95,7 +95,8 @@ class Session:
         Booked in one go per array rather than one numpy call per task, which was most of a
         session's opening with tens of thousands of running pods; each task is booked exactly
         as `_add` and `add_request` would book it (same values, same order), from the job's
-        `JobBooking`, which a kept job brings along.
+        `JobBooking`, which a kept job brings along; a session whose jobs are all the last
+        one's takes the pool's whole `Opening` as it is.
         """
         table = self.snapshot.nodes
         pool = pool or JobPool()
