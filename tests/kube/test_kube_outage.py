@@ -109,11 +109,9 @@ def stacks_of(serve: Serve) -> str:
     """Every thread's stack of a live `serve` (SIGUSR1, `dump_stacks_on_sigusr1`): the raw text its
     stderr received since the signal.
 
-    Read as bytes, not as log lines: faulthandler writes each frame in several small writes
-    from a signal handler while the other threads keep logging, so a JSON line can land in
-    the middle of a frame's line (seen on loaded CI runs: " in " then a log line, then
-    "<module>"). Each name is one write, so the main thread's bottom frame, the script's
-    `<module>` (it is the oldest thread, dumped last), is whole however the lines interleave.
+    Read as bytes, not as log lines, in case a log line and the dump meet. The main thread
+    comes last, and its bottom frame is the script's `<module>`: seeing it means the whole
+    dump is there.
     """
     if serve.proc.poll() is not None:
         return f"serve exited {serve.proc.returncode}\n{serve.tail()}"
