@@ -11,9 +11,7 @@ makes "the same spec" an identity test.
 
 from __future__ import annotations
 
-import operator
-
-from kai_ray.engine.booking import Opening
+from kai_ray.engine.booking import Opening, open_jobs, reopen_jobs
 from kai_ray.engine.jobs import Job, build_job
 from kai_ray.model.objects import JobSpec, QueueSpec
 from kai_ray.model.snapshot import NodeTable
@@ -48,18 +46,25 @@ class JobPool:
             jobs.append(kept)
         return jobs
 
-    def opening(self, jobs: list[Job], queues: dict[str, QueueSpec]) -> Opening | None:
-        """The last session's `Opening` when `jobs` are its jobs, in its order, under the same
-        queue tree (the same objects: a queue change renumbers the chains): an idle cycle."""
-        if self._opening is None:
-            return None
-        known_queues, opening = self._opening
-        if known_queues is not queues or len(jobs) != len(opening.jobs):
-            return None
-        return opening if all(map(operator.is_, jobs, opening.jobs)) else None
-
-    def remember(self, opening: Opening, queues: dict[str, QueueSpec]) -> None:
+    def opening(
+        self,
+        jobs: list[Job],
+        queues: dict[str, QueueSpec],
+        min_gpu_memory: float,
+        chains: dict[str, list[int]],
+    ) -> Opening:
+        """The opening of a session of `jobs`: the last session's, updated with the jobs that came
+        and went, while that is exact (`reopen_jobs`) and the queue tree is the same object (a
+        queue change renumbers the chains); else added up afresh."""
+        assert self._table is not None  # `jobs_for` came first
+        gpu_memory = self._table.gpu_memory
+        opening = None
+        if self._opening is not None and self._opening[0] is queues:
+            opening = reopen_jobs(self._opening[1], jobs, gpu_memory, min_gpu_memory, chains)
+        if opening is None:
+            opening = open_jobs(jobs, gpu_memory, min_gpu_memory, chains)
         self._opening = (queues, opening)
+        return opening
 
     def keep(self, jobs: list[Job], moved: set[Job]) -> None:
         """After a session: keep its jobs that none of its actions moved."""

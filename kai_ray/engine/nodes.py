@@ -67,16 +67,6 @@ class GpuGroup:
         return 0.0, -1.0
 
 
-_RELEASING_KIND, _PIPELINED_KIND, _OTHER_KIND = 0, 1, 2
-_KIND = {
-    status: {TaskStatus.RELEASING: _RELEASING_KIND, TaskStatus.PIPELINED: _PIPELINED_KIND}.get(
-        status, _OTHER_KIND
-    )
-    for status in TaskStatus
-}
-"""How `_charge` books each status: releasing, pipelined (waits on releasing), or holding idle."""
-
-
 class NodeState:
     """Idle/releasing per node row, plus shared GPU groups."""
 
@@ -100,20 +90,12 @@ class NodeState:
     def add(self, task: Task) -> None:
         self._apply(task, +1.0)
 
-    def add_placed(self, rows: Sequence[int], requests: np.ndarray, statuses: Sequence[TaskStatus]) -> None:
-        """`add` for many tasks that share no GPU (their groups need `add`), in one go: row i of
-        `requests` is a task on node row `rows[i]` with status `statuses[i]`."""
-        if not rows:
-            return
-        at = np.asarray(rows)
-        kinds = np.asarray([_KIND[status] for status in statuses])
-        releasing, pipelined = kinds == _RELEASING_KIND, kinds == _PIPELINED_KIND
-        running = ~(releasing | pipelined)
-        np.add.at(self.releasing, at[releasing], requests[releasing])
-        np.subtract.at(self.idle, at[releasing], requests[releasing])
-        np.subtract.at(self.releasing, at[pipelined], requests[pipelined])
-        np.subtract.at(self.idle, at[running], requests[running])
-        self.changed_rows.extend(rows)
+    def open_with(self, used: np.ndarray, releasing: np.ndarray) -> None:
+        """Book what the snapshot's tasks that share no GPU hold, added up per row (`booking`):
+        `used` leaves idle, `releasing` is what releasing tasks free minus what pipelined ones
+        wait for.  No row is noted as changed: nothing has ranked a row yet."""
+        self.idle -= used
+        self.releasing += releasing
 
     def remove(self, task: Task) -> None:
         self._apply(task, -1.0)

@@ -7,9 +7,7 @@ indexed by queue row; columns are (cpu, memory, gpu).
 
 from __future__ import annotations
 
-import itertools
-from collections import Counter
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +15,9 @@ from kai_ray.fairshare.tree import QueueNode, fair_shares
 from kai_ray.model.objects import UNLIMITED, QueueSpec
 from kai_ray.model.resources import FAIRNESS_RESOURCES
 from kai_ray.model.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from kai_ray.engine.booking import BookedSums
 
 
 class QueueBook:
@@ -51,17 +52,14 @@ class QueueBook:
     def add_request(self, queue: str, vector: np.ndarray) -> None:
         self.request[self.chains[queue]] += vector
 
-    def open_with(self, charges: QueueCharges) -> None:
-        """Book the snapshot's placements and requests at once (`charge` and `add_request` for
-        each, in the same order: `np.add.at` adds element by element, in order)."""
-        if charges.rows:
-            np.add.at(self.allocated, charges.rows, _by_row(charges.vectors))
-            for row, count in Counter(charges.rows).items():
-                self.versions[row] += count
-        if charges.protected_rows:
-            np.add.at(self.allocated_non_preemptible, charges.protected_rows, _by_row(charges.protected))
-        if charges.request_rows:
-            np.add.at(self.request, charges.request_rows, _by_row(charges.requests))
+    def open_with(self, sums: BookedSums) -> None:
+        """Book the snapshot's placements and requests, added up per queue row (`booking`), as
+        `charge` and `add_request` would one by one."""
+        self.allocated += sums.allocated
+        self.allocated_non_preemptible += sums.protected
+        self.request += sums.requested
+        counts = sums.charge_counts.tolist()
+        self.versions = [version + count for version, count in zip(self.versions, counts, strict=True)]
 
     def compute_fair_shares(self, totals: np.ndarray, k_value: float) -> None:
         nodes = [
@@ -106,42 +104,5 @@ def _by_resource(values: np.ndarray) -> dict[str, float]:
     return {r: float(v) for r, v in zip(FAIRNESS_RESOURCES, values, strict=True)}
 
 
-def _by_row(vectors: list[tuple[float, float, float]]) -> np.ndarray:
-    """`np.asarray(vectors)`, several times faster for long lists of tuples."""
-    return np.fromiter(itertools.chain.from_iterable(vectors), float, 3 * len(vectors)).reshape(-1, 3)
-
-
 def _zero_request() -> dict[str, float]:
     return dict.fromkeys(FAIRNESS_RESOURCES, 0.0)
-
-
-@dataclass
-class QueueCharges:
-    """What a session opens with, row by row of the queue book (each leaf's charge repeated for
-    every queue up its chain), for `QueueBook.open_with`."""
-
-    rows: list[int] = field(default_factory=list)
-    vectors: list[tuple[float, float, float]] = field(default_factory=list)
-    protected_rows: list[int] = field(default_factory=list)
-    """Rows charged by non-preemptible jobs (`allocated_non_preemptible`)."""
-    protected: list[tuple[float, float, float]] = field(default_factory=list)
-    request_rows: list[int] = field(default_factory=list)
-    requests: list[tuple[float, float, float]] = field(default_factory=list)
-
-    def charge(self, chain: list[int], vectors: list[tuple[float, float, float]], protected: bool) -> None:
-        """Each of `vectors` in turn, on every queue of `chain`."""
-        if not vectors:
-            return
-        self.rows.extend(chain * len(vectors))
-        repeated = [vector for vector in vectors for _ in chain]
-        self.vectors.extend(repeated)
-        if protected:
-            self.protected_rows.extend(chain * len(vectors))
-            self.protected.extend(repeated)
-
-    def request(self, chain: list[int], vectors: list[tuple[float, float, float]]) -> None:
-        """Each of `vectors` in turn, on every queue of `chain`."""
-        if not vectors:
-            return
-        self.request_rows.extend(chain * len(vectors))
-        self.requests.extend([vector for vector in vectors for _ in chain])

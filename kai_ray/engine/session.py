@@ -17,7 +17,6 @@ import numpy as np
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.distributed.executor import Executor, LocalExecutor
-from kai_ray.engine.booking import open_jobs
 from kai_ray.engine.job_pool import JobPool
 from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task
 from kai_ray.engine.node_finder import NodeFinder
@@ -63,8 +62,10 @@ class Session:
         self.committed: list[Operation] = []
         self._charges: dict[int, np.ndarray] = {}
         """Task uid → what it charges its queue, for tasks placed in this session."""
-        self._charged_at_open: set[int] = set()
+        self._charged_at_open: frozenset[int] = frozenset()
         """Tasks the snapshot's placements charge (computed again when one moves, not stored)."""
+        self._discharged: set[int] = set()
+        """Those of them that moved since: their charge left with them."""
         self._queue_keys: dict[tuple[str, int, bytes], OrderKey] = {}
         self._task_keys: dict[int, OrderKey] = {}
         self._job_moves: dict[Job, int] = {}
@@ -92,24 +93,20 @@ class Session:
         """The session's jobs (from `pool` when given: see `JobPool`), with what the snapshot's
         placements hold booked on nodes and queues.
 
-        Booked in one go per array rather than one numpy call per task, which was most of a
-        session's opening with tens of thousands of running pods; each task is booked exactly
-        as `_add` and `add_request` would book it (same values, same order), from the job's
-        `JobBooking`, which a kept job brings along; a session whose jobs are all the last
-        one's takes the pool's whole `Opening` as it is.
+        Booked as sums per node and queue row rather than one numpy call per task, which was
+        most of a session's opening with tens of thousands of running pods: each task counts as
+        `_add` and `add_request` would count it, from the job's `JobBooking`, which a kept job
+        brings along; the pool turns the last session's sums into this one's with the jobs that
+        came and went whenever that gives the same floats (`booking.reopen_jobs`).
         """
-        table = self.snapshot.nodes
         pool = pool or JobPool()
-        self.jobs = pool.jobs_for(self.snapshot.jobs, table)
-        opening = pool.opening(self.jobs, self.snapshot.queues)
-        if opening is None:
-            opening = open_jobs(self.jobs, table.gpu_memory, self.min_gpu_memory, self.queues.chains)
-            pool.remember(opening, self.snapshot.queues)
-        for task in opening.shared:
+        self.jobs = pool.jobs_for(self.snapshot.jobs, self.snapshot.nodes)
+        opening = pool.opening(self.jobs, self.snapshot.queues, self.min_gpu_memory, self.queues.chains)
+        for task in opening.shared():
             self.nodes.add(task)  # its GPU groups are booked one by one
-        self.nodes.add_placed(opening.rows, opening.requests, opening.statuses)
-        self.queues.open_with(opening.charges)
-        self._charged_at_open = set(opening.charged)
+        self.nodes.open_with(opening.sums.used, opening.sums.releasing)
+        self.queues.open_with(opening.sums)
+        self._charged_at_open = opening.charged
         self._pending = dict(opening.pending)
         self._position = opening.positions
 
@@ -167,9 +164,11 @@ class Session:
     def _remove(self, task: Task) -> None:
         self.nodes.remove(task)
         charge = self._charges.pop(task.uid, None)
-        if charge is None and task.uid in self._charged_at_open and task.node is not None:
+        uid = task.uid
+        at_open = uid in self._charged_at_open and uid not in self._discharged
+        if charge is None and at_open and task.node is not None:
             # Booked at open, never moved since: charged where it still is.
-            self._charged_at_open.discard(task.uid)
+            self._discharged.add(uid)
             charge = self.placed_fairness(task, task.node)
         if charge is not None:
             self.queues.charge(task.job.queue, charge, not task.job.spec.preemptible, sign=-1.0)

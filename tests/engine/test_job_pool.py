@@ -15,7 +15,9 @@ from builders import binds, cluster
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.cluster.kube.planner import CyclePlanner
+from kai_ray.engine.booking import SumBounds
 from kai_ray.engine.cycle import open_session, schedule
+from kai_ray.engine.session import Session
 from kai_ray.model.objects import ClusterState, TaskStatus
 from kai_ray.model.snapshot import compile_snapshot
 
@@ -95,3 +97,83 @@ def test_a_session_whose_jobs_are_all_the_last_ones_opens_to_the_books_of_a_fres
     assert second.nodes.groups == fresh.nodes.groups
     assert [job.name for job in second.jobs_with_pending_tasks()] == ["too-big"]
     assert plan == fresh_plan(state)
+
+
+def assert_books_as_fresh(session: Session, state: ClusterState) -> None:
+    fresh = open_session(compile_snapshot(state), SchedulerConfig())
+    for books in (
+        lambda s: s.nodes.idle,
+        lambda s: s.nodes.releasing,
+        lambda s: s.queues.allocated,
+        lambda s: s.queues.allocated_non_preemptible,
+        lambda s: s.queues.request,
+    ):
+        assert np.array_equal(books(session), books(fresh))  # equal floats, not close ones
+    assert session.queues.versions == fresh.queues.versions
+    assert group_books(session) == group_books(fresh)
+    assert [job.name for job in session.jobs_with_pending_tasks()] == [
+        job.name for job in fresh.jobs_with_pending_tasks()
+    ]
+
+
+def group_books(session: Session) -> list[dict[str, tuple[float, list[tuple[float, TaskStatus]]]]]:
+    """Each node's shared GPU groups: memory and what members hold (uids differ between a
+    pool's sessions and a fresh one)."""
+    return [
+        {name: (group.memory, sorted(group.members.values())) for name, group in groups.items()}
+        for groups in session.nodes.groups
+    ]
+
+
+def churned(fraction: float) -> tuple[ClusterState, ClusterState]:
+    """A cluster, and the same one after a job went and two came (the rest the same objects)."""
+    state = (
+        cluster()
+        .node("n1", gpus=8)
+        .node("n2", gpus=8)
+        .queue("parent")
+        .queue("q", parent="parent")
+        .job("a", queue="q", gpus=2, pods=2, status=TaskStatus.RUNNING, node="n1")
+        .job("b", queue="q", gpus=1, status=TaskStatus.RELEASING, node="n2", priority=200)
+        .job("c", queue="q", gpus=1, status=TaskStatus.RUNNING, node="n2")
+        .job("shared", queue="q", gpus=fraction, status=TaskStatus.RUNNING, node="n2", gpu_groups=("g",))
+        .job("wait", queue="q", gpus=16)
+        .build()
+    )
+    arrivals = (
+        cluster()
+        .node("n1", gpus=8)
+        .queue("q")
+        .job("d", queue="q", gpus=1, status=TaskStatus.PIPELINED, node="n2")
+        .job("e", queue="q", gpus=32)
+        .build()
+    )
+    kept = [job for job in state.jobs if job.name != "c"]
+    jobs = sorted([*kept, *arrivals.jobs], key=lambda job: job.name)
+    return state, ClusterState(nodes=state.nodes, queues=state.queues, jobs=jobs, now=state.now)
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.3])
+def test_a_session_some_of_whose_jobs_came_and_went_opens_to_the_books_of_a_fresh_one(
+    fraction: float,
+) -> None:
+    """The pool updates the last opening with the jobs that came and went (whole GPUs and half
+    ones add up exactly); a 0.3 GPU charge could round, so that opening is added up afresh."""
+    state, later = churned(fraction)
+    planner = CyclePlanner(SchedulerConfig())
+    first = planner.decide(state)[0]
+    assert_books_as_fresh(first, state)
+    second, plan = planner.decide(later)
+    assert second.jobs[0] is first.jobs[0]  # "a", kept
+    assert_books_as_fresh(second, later)
+    assert plan == fresh_plan(later)
+
+
+def test_sums_are_exact_while_every_value_is_a_multiple_of_a_unit_they_count_below_2_to_52() -> None:
+    whole = np.array([[1000.0, 2.0**33, 1.0, 1.0], [250.0, 2.0**20, 0.5, 1.0]])
+    assert SumBounds.of(whole).exact
+    assert not SumBounds.of(np.array([[0.1, 0.0, 0.0, 0.0], [0.2, 0.0, 0.0, 0.0]])).exact
+    assert not SumBounds.of(np.array([[2.0**52 + 1, 0.0, 0.0, 0.0]])).exact
+    assert SumBounds.of(np.array([[2.0**60, 0.0, 0.0, 0.0]])).exact  # a multiple of 2**60, once
+    assert not SumBounds.of(np.array([[np.inf, 0.0, 0.0, 0.0]])).exact
+    assert not (SumBounds.of(whole) + SumBounds.of(np.array([[2.0**-60, 0.0, 0.0]]))).exact

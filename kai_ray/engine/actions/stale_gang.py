@@ -19,11 +19,14 @@ def is_stale(job: Job) -> bool:
 
 def stale_gang_eviction(session: Session) -> None:
     moved = session.moved_jobs()
+    stale_since = session.stale_since
     for job in session.jobs:
-        if job.stale is None or job in moved:
-            job.stale = is_stale(job)  # a job kept from the last session was checked there
-        if not job.stale:
-            session.stale_since.pop(job.name, None)
+        stale = job.stale
+        if stale is None or job in moved:
+            stale = job.stale = is_stale(job)  # a job kept from the last session was checked there
+        if not stale:
+            if stale_since:
+                stale_since.pop(job.spec.name, None)
             continue
         since = job.spec.stale_since if job.spec.stale_since is not None else session.now
         session.stale_since[job.name] = since
