@@ -107,6 +107,32 @@ class _SortedKeys:
             del self.keys[index]
 
 
+class _SortedJobs:
+    """Jobs in PodGroup key order, kept in order under changes, so a read copies a list instead
+    of looking up every PodGroup's job."""
+
+    def __init__(self) -> None:
+        self.keys: list[Key] = []
+        self.jobs: list[JobSpec] = []
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def put(self, key: Key, job: JobSpec) -> None:
+        index = bisect.bisect_left(self.keys, key)
+        if index < len(self.keys) and self.keys[index] == key:
+            self.jobs[index] = job
+        else:
+            self.keys.insert(index, key)
+            self.jobs.insert(index, job)
+
+    def discard(self, key: Key) -> None:
+        index = bisect.bisect_left(self.keys, key)
+        if index < len(self.keys) and self.keys[index] == key:
+            del self.keys[index]
+            del self.jobs[index]
+
+
 class LiveCluster:
     """Objects in, `ClusterState` out, each object converted once per change that can affect it.
 
@@ -123,7 +149,7 @@ class LiveCluster:
         self._members: dict[Key, set[Member]] = {}
         """(namespace, PodGroup) → the pods naming it."""
         self._templates: dict[Key, tuple[JobSpec | None, ManifestProblem | None]] = {}
-        self._jobs: dict[Key, JobSpec] = {}
+        self._jobs = _SortedJobs()
         self._deleting: set[tuple[str, Key]] = set()
         self._dirty_pods: set[tuple[str, Key]] = set()
         self._dirty_groups: set[Key] = set()
@@ -239,8 +265,9 @@ class LiveCluster:
         self._refresh_pods()
         self._refresh_jobs()
         self._changed_kinds.clear()
-        jobs = [self._jobs[key] for key in self._order["PodGroup"].keys if key in self._jobs]
-        state = ClusterState(nodes=self._nodes, queues=self._queues, jobs=jobs, now=now, held=self._held())
+        state = ClusterState(
+            nodes=self._nodes, queues=self._queues, jobs=list(self._jobs.jobs), now=now, held=self._held()
+        )
         return state, self._problems()
 
     def _manifest(self, obj: ObjectT) -> Manifest[ObjectT]:
@@ -348,14 +375,14 @@ class LiveCluster:
         for key in self._dirty_jobs:
             template = self._templates.get(key)
             if template is None or template[0] is None:
-                self._jobs.pop(key, None)
+                self._jobs.discard(key)
                 continue
             tasks = []
             for rank, member in sorted(self._members.get(key, ())):
                 outcome = self._pods[_POD_KINDS[rank]][member].outcome
                 if outcome is not None and outcome.task is not None:
                     tasks.append(outcome.task)
-            self._jobs[key] = replace(template[0], tasks=tasks)
+            self._jobs.put(key, replace(template[0], tasks=tasks))
         self._dirty_jobs.clear()
 
     def _held(self) -> list[HeldPod]:

@@ -37,9 +37,9 @@ class JobPool:
     def jobs_for(self, specs: list[JobSpec], table: NodeTable) -> list[Job]:
         if table is not self._table:
             self._table, self._kept, self._opening = table, {}, None
-        jobs = []
-        for spec in specs:
-            kept = self._kept.get(id(spec))
+        found = list(map(self._kept.get, map(id, specs)))
+        jobs: list[Job] = []
+        for spec, kept in zip(specs, found, strict=True):
             if kept is None:
                 kept = build_job(spec, table.index, self._next_uid)
                 self._next_uid += len(spec.tasks)
@@ -68,4 +68,7 @@ class JobPool:
 
     def keep(self, jobs: list[Job], moved: set[Job]) -> None:
         """After a session: keep its jobs that none of its actions moved."""
-        self._kept = {id(job.spec): job for job in jobs if job not in moved}
+        kept = dict(zip(map(id, (job.spec for job in jobs)), jobs, strict=True))
+        for job in moved:
+            kept.pop(id(job.spec), None)
+        self._kept = kept

@@ -68,6 +68,7 @@ class Session:
         """Those of them that moved since: their charge left with them."""
         self._queue_keys: dict[tuple[str, int, bytes], OrderKey] = {}
         self._task_keys: dict[int, OrderKey] = {}
+        self._tiebreaks: dict[tuple[str, str], int] = {}
         self._job_moves: dict[Job, int] = {}
         self.placed_at_open: dict[int, tuple[TaskStatus, int | None]] = {}
         """Task uid → (status, node row) when the session opened, for each task that moved."""
@@ -79,6 +80,7 @@ class Session:
         """Job → (its `job_moves` then, the tasks `gang.tasks_to_allocate` found): see there."""
         self.simulating = False
         self._in_session = False
+        self._plugins_open = False
         memories = [m for m in snapshot.nodes.gpu_memory if m > DEFAULT_GPU_MEMORY_MIB]
         self.min_gpu_memory = float(min(memories, default=DEFAULT_GPU_MEMORY_MIB))
         self.max_gpu_memory = float(max(memories, default=DEFAULT_GPU_MEMORY_MIB))
@@ -87,6 +89,7 @@ class Session:
         self._in_session = True
         for plugin in self.plugins:
             plugin.on_session_open()
+        self._plugins_open = True
 
     # ------------------------------------------------------------------ set-up
     def _build_jobs(self, pool: JobPool | None) -> None:
@@ -288,7 +291,19 @@ class Session:
         return tuple(key)
 
     def queue_tiebreak(self, left: str, right: str) -> int:
-        """Plugins' partial orders, then the older queue first (never 0 for distinct queues)."""
+        """Plugins' partial orders, then the older queue first (never 0 for distinct queues).
+
+        Remembered for the session once it is open: the plugins' orders read only what opening
+        settled (entitlements), and the job queue asks again on every pop."""
+        pair = (left, right)
+        verdict = self._tiebreaks.get(pair)
+        if verdict is None:
+            verdict = self._queue_tiebreak(left, right)
+            if self._plugins_open:
+                self._tiebreaks[pair] = verdict
+        return verdict
+
+    def _queue_tiebreak(self, left: str, right: str) -> int:
         for plugin in self.plugins:
             verdict = plugin.queue_tiebreak(left, right)
             if verdict:

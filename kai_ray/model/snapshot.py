@@ -144,14 +144,17 @@ class SnapshotCompiler:
         held = [pod for pod in state.held if pod.task.node in table.index]
         jobs = []
         for job in state.jobs:
-            entry = known.get(id(job))
+            identity = id(job)
+            entry = known.get(identity)
             if entry is None or entry.source is not job:
                 entry = _compile_job(job, queues, children, table)
-            compiled[id(job)] = entry
+            compiled[identity] = entry
             if entry.valid is not None:
                 jobs.append(entry.valid)
-            problems.extend(entry.problems)
-            held.extend(entry.held)
+            if entry.problems:
+                problems.extend(entry.problems)
+            if entry.held:
+                held.extend(entry.held)
         self._jobs = compiled
         return Snapshot(table, queues, children, jobs, state.now, problems, held)
 
