@@ -16,15 +16,18 @@ from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.constants import NODE_POOL_LABEL, QUEUE_LABEL
 from kai_ray.api.manifests import read_manifest_documents
 from kai_ray.api.scheduler_conf import SchedulerConfigError, load_scheduler_config
+from kai_ray.api.usage_db import parse_duration
 from kai_ray.bench.emit import write_scenario
 from kai_ray.bench.runner import run_shape
 from kai_ray.bench.shapes import SHAPES, build_shape
 from kai_ray.cli_api import Output, OutputOption
 from kai_ray.cli_help import KaiRayTyper
 from kai_ray.cluster.kube.bind_mode import BindMode
+from kai_ray.cluster.sim.past_usage import PastUsage, PastUsageError, read_past_usage, read_usage_file
 from kai_ray.cluster.sim.scenario import ScenarioError, is_scenario_file, load_scenario
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
 from kai_ray.distributed.executor import Executor
+from kai_ray.engine.usage import UsageRecorder
 from kai_ray.report.scenario_json import render_json
 from kai_ray.report.table import render_table, terminal_console
 
@@ -144,16 +147,21 @@ def _fail(problems: list[str]) -> NoReturn:
 
 
 def _simulate(
-    path: Path, cycles: int | None, executor: Executor | None, config_file: Path | None
+    path: Path, cycles: int | None, executor: Executor | None, config_file: Path | None, clock: _Clock
 ) -> list[CycleResult]:
     if is_scenario_file(path):
         if config_file is not None:
             _fail([f"{path}: a conformance scenario carries its own config; --config is for manifests"])
         try:
             scenario = load_scenario(path)
-        except ScenarioError as exc:
+            inline = read_past_usage(path)
+        except (ScenarioError, PastUsageError) as exc:
             _fail([str(exc)])
-        return SimulatedCluster(scenario.state, scenario.config, executor).run(cycles or scenario.cycles)
+        if inline is not None and clock.usage is not None:
+            _fail([f"{path}: the scenario states its usage already; --usage is for manifests"])
+        config, recorder, step = _with_usage(scenario.config, inline or clock.usage, clock.step)
+        cluster = SimulatedCluster(scenario.state, config, executor, recorder, step)
+        return cluster.run(cycles or scenario.cycles)
     from kai_ray_operators.manifests import cluster_from_workload_documents
 
     if path.is_dir():
@@ -168,7 +176,39 @@ def _simulate(
     errors = [str(p) for p in problems if not p.warning]
     if errors:
         _fail(errors)
-    return SimulatedCluster(state, config, executor).run(cycles or 1)
+    config, recorder, step = _with_usage(config, clock.usage, clock.step)
+    return SimulatedCluster(state, config, executor, recorder, step).run(cycles or 1)
+
+
+class _Clock:
+    """`simulate`'s time-based fair share options: stated past usage and the step between cycles."""
+
+    def __init__(self, usage_file: Path | None, step: str | None) -> None:
+        try:
+            self.usage = None if usage_file is None else read_usage_file(usage_file)
+            self.step = None if step is None else parse_duration(step)
+        except (PastUsageError, ValueError) as exc:
+            _fail([f"--usage/--clock-step: {exc}"])
+        if self.step is not None and self.step < 0:
+            _fail([f"--clock-step: must not be negative, got {step!r}"])
+
+
+def _with_usage(
+    config: SchedulerConfig, stated: PastUsage | None, step: float | None
+) -> tuple[SchedulerConfig, UsageRecorder | None, float]:
+    """The config with time-based fair share on when a usage block or usageDBConfig asks for it,
+    its recorder, and the clock step: one query resolution unless given, and none without usage
+    (a scenario's clock stands still, as in KAI's harness)."""
+    if stated is not None:
+        update: dict[str, Any] = {"usage_db": stated.usage_db}
+        if stated.k_value is not None:
+            update["k_value"] = stated.k_value
+        config = config.model_copy(update=update)
+    if config.usage_db is None:
+        return config, None, step or 0.0
+    params = config.usage_db.params
+    recorder = UsageRecorder(params, stated.queues if stated is not None else None)
+    return config, recorder, params.query_resolution_seconds if step is None else step
 
 
 def _refuse_scenario_directory(path: Path) -> None:
@@ -214,11 +254,23 @@ def simulate(
         Path | None,
         typer.Option("--config", help="KAI's scheduler configuration (config.yaml or its ConfigMap)."),
     ] = None,
+    usage_file: Annotated[
+        Path | None,
+        typer.Option("--usage", help="Past queue usage for time-based fair share (docs/fairshare.md)."),
+    ] = None,
+    clock_step: Annotated[
+        str | None,
+        typer.Option(
+            "--clock-step",
+            help="Time between cycles, e.g. 10m (default: the usage resolution, 1m; 0 without usage).",
+        ),
+    ] = None,
 ) -> None:
     """Schedule PATH on the embedded simulated cluster and print the result."""
     if not path.exists():
         _fail([f"{path}: no such file or directory"])
-    results = _simulate(path, cycles, _executor(executor, shards, ray_address), config_file)
+    clock = _Clock(usage_file, clock_step)
+    results = _simulate(path, cycles, _executor(executor, shards, ray_address), config_file, clock)
     if output == Output.JSON:
         typer.echo(render_json(results))
     else:

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kai_ray.api.usage_db import UsageDBConfig
+
 ActionName = Literal["allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"]
 PlacementStrategy = Literal["binpack", "spread"]
 
@@ -80,6 +82,8 @@ class SchedulerConfig(BaseModel):
     allow_consolidating_reclaim: bool = True
     """KAI's --allow-consolidating-reclaim: victims the simulation re-placed do not count as reclaimed."""
     k_value: float = 1.0
+    usage_db: UsageDBConfig | None = None
+    """KAI's usageDBConfig: time-based fair share is on when set (spec §7)."""
     search_budget_scenarios: int = 2000
 
     def has_plugin(self, name: str) -> bool:

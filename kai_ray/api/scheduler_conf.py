@@ -21,6 +21,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from kai_ray.api._errors import describe_errors, suggest
 from kai_ray.api._yaml import YamlDocument, YamlSyntaxError, parse_documents
 from kai_ray.api.config import KNOWN_PLUGINS, ActionName, PlacementStrategy, PluginSpec, SchedulerConfig
+from kai_ray.api.usage_db import UsageDBConfig, parse_usage_db_config
 
 CONFIG_MAP_KEY = "config.yaml"
 """The ConfigMap data key KAI's scheduler reads its configuration from."""
@@ -36,7 +37,6 @@ PLACEMENT_ARGUMENTS = ("gpu", "cpu")
 
 IGNORED_SECTIONS: dict[str, str] = {
     "queueDepthPerAction": "kai-ray has no per-action queue depth; every action considers every job",
-    "usageDBConfig": "kai-ray reads no usage history, so time-based fair share stays off",
     "scenarioSearchBudgets": (
         "kai-ray bounds the victim search by a count of scenarios (the same on every machine), not by time"
     ),
@@ -180,6 +180,8 @@ class _Reader:
             if data.get(key):
                 self.warn(key, f"ignored: {reason}")
         config = SchedulerConfig(actions=self._actions(parsed.actions, list(parsed.model_extra or {})))
+        if parsed.usage_db_config is not None:
+            config = config.model_copy(update={"usage_db": self._usage_db(parsed.usage_db_config)})
         if parsed.tiers:
             config = config.model_copy(update={"plugins": self._plugins(parsed.tiers)})
         if self.errors:
@@ -188,6 +190,15 @@ class _Reader:
         if k_value is not None:
             config = config.model_copy(update={"k_value": float(k_value)})
         return config, self.warnings
+
+    def _usage_db(self, raw: dict[str, Any]) -> UsageDBConfig | None:
+        """Time-based fair share's source and window (spec §7); None after an error."""
+        usage_db, errors, warnings = parse_usage_db_config(raw)
+        for field, message in errors:
+            self.error(field, message)
+        for field, message in warnings:
+            self.warn(field, message)
+        return usage_db
 
     def _warn_unknown_keys(self, where: str, section: _Section, known: list[str]) -> None:
         for key in section.model_extra or {}:

@@ -15,6 +15,7 @@ from kai_ray.engine.actions.stale_gang import stale_gang_eviction
 from kai_ray.engine.job_pool import JobPool
 from kai_ray.engine.plan import Plan, build_plan
 from kai_ray.engine.session import Session
+from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.snapshot import Snapshot
 
 Action = Callable[[Session], None]
@@ -29,9 +30,14 @@ ACTIONS: dict[str, Action] = {
 
 
 def open_session(
-    snapshot: Snapshot, config: SchedulerConfig, executor: Executor | None = None, pool: JobPool | None = None
+    snapshot: Snapshot,
+    config: SchedulerConfig,
+    executor: Executor | None = None,
+    pool: JobPool | None = None,
+    usage: QueueUsage | None = None,
 ) -> Session:
-    return Session(snapshot, config, executor, pool)
+    """A session over `snapshot`; `usage` is the queues' normalised history (§7), None for none."""
+    return Session(snapshot, config, executor, pool, usage)
 
 
 def run_actions(session: Session) -> Plan:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kai_ray.fairshare.tree import QueueNode, fair_shares
+from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import UNLIMITED, QueueSpec
 from kai_ray.model.resources import FAIRNESS_RESOURCES
 from kai_ray.model.snapshot import Snapshot
@@ -21,8 +22,10 @@ if TYPE_CHECKING:
 
 
 class QueueBook:
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, usage: QueueUsage | None = None) -> None:
         self.names = sorted(snapshot.queues)
+        self.usage: QueueUsage = usage or {}
+        """Normalised past usage per queue and resource (§7); a queue missing from it used nothing."""
         self.index = {name: i for i, name in enumerate(self.names)}
         self.specs: list[QueueSpec] = [snapshot.queues[n] for n in self.names]
         self.children = {name: list(kids) for name, kids in snapshot.children.items()}
@@ -76,6 +79,7 @@ class QueueBook:
                     "gpu": q.gpu.over_quota_weight,
                 },
                 request=_by_resource(self.request[i]) if not self.children[q.name] else _zero_request(),
+                usage=self.usage.get(q.name, {}),
             )
             for i, q in enumerate(self.specs)
         ]

@@ -26,6 +26,7 @@ from kai_ray.engine.plugins.registry import plugin_class
 from kai_ray.engine.queues import QueueBook
 from kai_ray.engine.reasons import EvictionReason, PendingReason, main_cause
 from kai_ray.engine.statement import Operation, Placement
+from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import QUEUE_CHARGING, TaskStatus
 from kai_ray.model.resources import CPU, GPU, MEMORY
 from kai_ray.model.snapshot import Snapshot
@@ -42,6 +43,7 @@ class Session:
         config: SchedulerConfig,
         executor: Executor | None = None,
         pool: JobPool | None = None,
+        usage: QueueUsage | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.config = config
@@ -49,7 +51,7 @@ class Session:
         self.now = snapshot.now
         self.nodes = NodeState(snapshot.nodes, snapshot.held)
         self._all_rows = np.arange(len(snapshot.nodes))
-        self.queues = QueueBook(snapshot)
+        self.queues = QueueBook(snapshot, usage)
         self.jobs: list[Job] = []
         self._reasons: dict[str, dict[str, PendingReason]] = {}
         self.current_action = ""

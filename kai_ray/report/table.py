@@ -79,10 +79,15 @@ def _queue_rows(session: Session) -> list[tuple[str, int]]:
 
 
 def queues_table(session: Session) -> Table:
+    """One row per queue, children indented; with time-based fair share on, a last column holds the
+    past usage (U of spec §7: share of capacity over the window) the division weighed."""
     table = Table(title="Queues (fair share / allocated / requested)", title_justify="left")
     table.add_column("queue")
     for resource in ("GPU", "CPU cores", "memory"):
         table.add_column(resource, justify="right")
+    with_usage = session.config.usage_db is not None
+    if with_usage:
+        table.add_column("usage GPU / CPU / mem", justify="right")
     book = session.queues
     for name, depth in _queue_rows(session):
         row = book.index[name]
@@ -90,6 +95,9 @@ def queues_table(session: Session) -> Table:
         for unit, index in (("gpu", 2), ("cpu", 0), ("memory", 1)):
             values = (book.fair_share[row, index], book.allocated[row, index], book.request[row, index])
             cells.append(" / ".join(_amount(float(v), unit) for v in values))
+        if with_usage:
+            usage = book.usage.get(name, {})
+            cells.append(" / ".join(f"{usage.get(r, 0.0):.3f}" for r in ("gpu", "cpu", "memory")))
         table.add_row("  " * depth + name, *cells)
     return table
 

@@ -93,7 +93,6 @@ def test_kais_own_example_warns_once_for_each_setting_kai_ray_does_not_implement
     warnings = warnings_of(KAI_DEFAULT)
     assert [w.split(": ")[1] for w in warnings] == [
         "queueDepthPerAction",
-        "usageDBConfig",
         "scenarioSearchBudgets",
     ]
     assert all(w.startswith("config.yaml: ") and ": ignored: " in w for w in warnings)
@@ -351,11 +350,6 @@ def test_the_error_is_a_value_error() -> None:
             " every action considers every job",
         ),
         (
-            "actions: allocate\nusageDBConfig: {clientType: prometheus}\n",
-            "config.yaml: usageDBConfig: ignored: kai-ray reads no usage history,"
-            " so time-based fair share stays off",
-        ),
-        (
             "actions: allocate\nscenarioSearchBudgets: {maxJobSearchDuration: 4m}\n",
             "config.yaml: scenarioSearchBudgets: ignored: kai-ray bounds the victim search by a count"
             " of scenarios (the same on every machine), not by time",
@@ -375,7 +369,7 @@ def test_skipped_plugins_are_left_out_and_the_rest_keep_their_order() -> None:
     assert cfg.plugin_arguments("proportion") == {}
 
 
-@pytest.mark.parametrize("section", ["queueDepthPerAction", "usageDBConfig", "scenarioSearchBudgets"])
+@pytest.mark.parametrize("section", ["queueDepthPerAction", "scenarioSearchBudgets"])
 def test_an_empty_ignored_section_is_not_worth_a_warning(section: str) -> None:
     assert warnings_of(f"actions: allocate\n{section}: {{}}\n") == []
 

@@ -14,6 +14,7 @@ from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan, TaskState, task_state
 from kai_ray.engine.session import Session
+from kai_ray.engine.usage import UsageRecorder
 from kai_ray.model.objects import QUEUE_CHARGING, ClusterState, TaskStatus
 from kai_ray.model.resources import GPU
 from kai_ray.model.snapshot import compile_snapshot
@@ -43,18 +44,31 @@ class CycleResult:
 
 
 class SimulatedCluster:
+    """`usage` feeds time-based fair share (None: off, as without KAI's usageDBConfig); the clock
+    moves `clock_step` seconds between cycles, so recorded usage ages and decays."""
+
     def __init__(
-        self, state: ClusterState, config: SchedulerConfig, executor: Executor | None = None
+        self,
+        state: ClusterState,
+        config: SchedulerConfig,
+        executor: Executor | None = None,
+        usage: UsageRecorder | None = None,
+        clock_step: float = 0.0,
     ) -> None:
         self.state = state
         self.config = config
         self.executor = executor
+        self.usage = usage
+        self.clock_step = clock_step
 
     def run_cycle(self) -> CycleResult:
-        session = open_session(compile_snapshot(self.state), self.config, self.executor)
+        usage = None if self.usage is None else self.usage.usage(self.state.now)
+        session = open_session(compile_snapshot(self.state), self.config, self.executor, usage=usage)
         start = _view(session)
         plan = run_actions(session)
         end = _view(session)
+        if self.usage is not None:
+            self.usage.record(session)
         self._apply(plan, session)
         return CycleResult(start, end, plan, session)
 
@@ -62,6 +76,7 @@ class SimulatedCluster:
         results = []
         for index in range(cycles):
             if index:
+                self.state.now += self.clock_step
                 self.advance()
             results.append(self.run_cycle())
         return results

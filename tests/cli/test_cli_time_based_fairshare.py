@@ -1,0 +1,109 @@
+"""`kai-ray simulate` with time-based fair share: spec Example 7 through the CLI, the clock, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kai_ray.cli import app
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_7 = ROOT / "examples" / "time-based-fairshare" / "example-7.yaml"
+
+
+def simulate(*args: str) -> str:
+    result = CliRunner().invoke(app, ["simulate", *map(str, args)])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def gpu_cells(table: str) -> dict[str, tuple[str, str]]:
+    """Queue → (GPU 'fair / allocated / requested', last column) from the queue table."""
+    cells = {}
+    for line in table.splitlines():
+        parts = [part.strip() for part in line.split("│")]
+        if len(parts) > 2 and parts[1] in ("team-a", "team-b"):
+            cells[parts[1]] = (parts[2], parts[-2])
+    return cells
+
+
+def running_per_queue(output: str) -> dict[str, int]:
+    tasks = json.loads(output)["tasks"]
+    counts = {"team-a": 0, "team-b": 0}
+    for key, task in tasks.items():
+        if task["status"] == "Running":
+            counts["team-a" if key.startswith("a-") else "team-b"] += 1
+    return counts
+
+
+def with_usage_block(tmp_path: Path, block: str) -> Path:
+    text = EXAMPLE_7.read_text()
+    start, end = text.index("usage:\n"), text.index("nodes:\n")
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text[:start] + block + text[end:])
+    return path
+
+
+def test_example_7_divides_5_and_11_and_b_reclaims_down_to_it() -> None:
+    cells = gpu_cells(simulate(EXAMPLE_7, "--cycles", "1"))
+    assert cells["team-a"] == ("5 / 5 / 16", "0.600 / 0.000 / 0.000")
+    assert cells["team-b"] == ("11 / 11 / 16", "0.100 / 0.000 / 0.000")
+    assert running_per_queue(simulate(EXAMPLE_7, "--output", "json")) == {"team-a": 5, "team-b": 11}
+
+
+def test_example_7_with_k_2_divides_3_and_13(tmp_path: Path) -> None:
+    block = "usage:\n  kValue: 2\n  queues:\n    team-a: {gpu: 0.6}\n    team-b: {gpu: 0.1}\n"
+    cells = gpu_cells(simulate(with_usage_block(tmp_path, block), "--cycles", "1"))
+    assert (cells["team-a"][0], cells["team-b"][0]) == ("3 / 3 / 16", "13 / 13 / 16")
+
+
+def test_example_7_without_usage_keeps_8_and_8_and_reclaims_nothing(tmp_path: Path) -> None:
+    path = with_usage_block(tmp_path, "")
+    output = simulate(path, "--cycles", "1")
+    assert "usage GPU" not in output
+    assert gpu_cells(output)["team-a"][0] == "8 / 8 / 16"
+    assert running_per_queue(simulate(path, "--output", "json")) == {"team-a": 8, "team-b": 8}
+
+
+def test_the_clock_step_lets_past_usage_decay(tmp_path: Path) -> None:
+    block = (
+        "usage:\n  usageDBConfig: {usageParams: {windowSize: 1w, halfLifePeriod: 1h}}\n"
+        "  queues:\n    team-a: {gpu: 0.6}\n    team-b: {gpu: 0.1}\n"
+    )
+    path = with_usage_block(tmp_path, block)
+    # One minute on, the week stated (about 87 steps' worth at a 1 h half-life) still dominates.
+    standing = gpu_cells(simulate(path, "--cycles", "2", "--clock-step", "1m"))
+    assert standing["team-a"][1].startswith("0.59")
+    # A day later, 24 half-lives on, the recent 5 / 11 split is nearly all the window remembers.
+    aged = gpu_cells(simulate(path, "--cycles", "2", "--clock-step", "1d"))
+    assert float(aged["team-a"][1].split(" / ")[0]) == pytest.approx(5 / 16, abs=1e-3)
+    assert float(aged["team-b"][1].split(" / ")[0]) == pytest.approx(11 / 16, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ("usage:\n  queues: {team-a: {gpus: 0.6}}\n", "usage.queues.team-a.gpus: unknown resource"),
+        ("usage:\n  queues: {team-a: {gpu: -1}}\n", "usage.queues.team-a.gpu: must not be negative"),
+        ("usage:\n  kValue: high\n", "usage.kValue: must be a number, got 'high'"),
+        (
+            "usage:\n  usageDBConfig: {usageParams: {halfLifePeriod: soon}}\n",
+            "usage.usageDBConfig.usageParams.halfLifePeriod: expected a duration",
+        ),
+    ],
+)
+def test_a_bad_usage_block_names_its_field(tmp_path: Path, block: str, message: str) -> None:
+    result = CliRunner().invoke(app, ["simulate", str(with_usage_block(tmp_path, block))])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_a_bad_clock_step_is_refused() -> None:
+    result = CliRunner().invoke(app, ["simulate", str(EXAMPLE_7), "--clock-step", "later"])
+    assert result.exit_code == 2
+    assert "--clock-step" in result.output
