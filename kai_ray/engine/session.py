@@ -147,6 +147,13 @@ class Session:
         if placement.status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED):
             self.placed_by[task.uid] = self.current_action
 
+    def credit_placement(self, task: Task, action: str | None) -> None:
+        """Credit the task's placement to `action` (None: to no action of this session)."""
+        if action is None:
+            self.placed_by.pop(task.uid, None)
+        else:
+            self.placed_by[task.uid] = action
+
     def job_moves(self, job: Job) -> int:
         """How many times a task of the job moved this session: what it depends on changed."""
         return self._job_moves.get(job, 0)

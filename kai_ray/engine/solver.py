@@ -246,9 +246,23 @@ def simulate(session: Session, preemptor: Job, victims: list[Task], policy: Vict
 def _replace_in_order(
     session: Session, statement: Statement, preemptor: Job, victims: list[Task], evicted: set[int]
 ) -> bool:
+    """Place the victims again and the preemptor, in the order allocate would take them.
+
+    As KAI does, every job with pending pods joins the order, though only the victims and the
+    preemptor are placed: a queue's place depends on the job at its head, so a big job waiting
+    ahead of the preemptor can put the victim's queue first, which then takes its GPUs back
+    (and allocate would do the same after a real eviction: ordering only victims and preemptor
+    evicted the same job every cycle).  Once every victim and the preemptor are through, the
+    rest of the order can change nothing."""
     victim_jobs = list(dict.fromkeys(t.job for t in victims))
-    queue = JobQueue(session, [*victim_jobs, preemptor], pending=evicted)
-    while (job := queue.pop()) is not None:
+    placed = {*victim_jobs, preemptor}
+    waiting = [job for job in session.jobs_with_pending_tasks() if job not in placed]
+    queue = JobQueue(session, [*victim_jobs, preemptor, *waiting], pending=evicted)
+    to_place = len(placed)
+    while to_place and (job := queue.pop()) is not None:
+        if job not in placed:
+            continue
+        to_place -= 1
         if job is preemptor:
             if not allocate_job(session, statement, job, pipeline_only=True):
                 return False
@@ -257,6 +271,7 @@ def _replace_in_order(
             t.uid in evicted and t.status == TaskStatus.RELEASING for t in job.tasks
         ):
             queue.push(job)
+            to_place += 1
     return True
 
 

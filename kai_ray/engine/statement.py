@@ -29,6 +29,9 @@ class Operation:
     task: Task
     before: Placement
     after: Placement
+    placed_by: str | None = None
+    """The action the task's placement was credited to before (`Session.placed_by`): moving it
+    back restores that credit, so a simulated scenario never renames who placed a task."""
 
 
 class Statement:
@@ -38,8 +41,9 @@ class Statement:
 
     def _record(self, task: Task, after: Placement) -> None:
         before = Placement(task.status, task.node, task.groups)
+        placed_by = self.session.placed_by.get(task.uid)
         self.session.move_task(task, after)
-        self.operations.append(Operation(task, before, after))
+        self.operations.append(Operation(task, before, after, placed_by))
 
     def allocate(self, task: Task, node: int, groups: tuple[str, ...] = ()) -> None:
         self._record(task, Placement(TaskStatus.ALLOCATED, node, groups))
@@ -60,6 +64,7 @@ class Statement:
         for operation in self.operations:
             if operation.task is task:
                 self._record(task, operation.before)
+                self.session.credit_placement(task, operation.placed_by)
                 return
 
     def checkpoint(self) -> int:
@@ -69,6 +74,7 @@ class Statement:
         while len(self.operations) > checkpoint:
             operation = self.operations.pop()
             self.session.move_task(operation.task, operation.before)
+            self.session.credit_placement(operation.task, operation.placed_by)
 
     def discard(self) -> None:
         self.rollback(0)

@@ -42,6 +42,26 @@ def busy_cluster() -> ClusterState:
     return builder.build()
 
 
+def busy_cluster_with_a_preemptor() -> ClusterState:
+    """`busy_cluster` plus a queue whose high-priority job must preempt a low one on the only
+    node it may use.  (`busy_cluster`'s own pending jobs no longer evict anything: its queues
+    that reclaim have a job too big to fit at their head, so KAI's victim simulation gives the
+    victims their GPUs back first.)"""
+    state = busy_cluster()
+    extra = (
+        cluster()
+        .node("n6", gpus=4, gpu_memory_mib=40_000, labels={"rack": "r2"})
+        .queue("c1", gpu_quota=4)
+        .job("low", queue="c1", gpus=1, pods=4, min_member=1, status=S.RUNNING, node="n6")
+        .job("high", queue="c1", gpus=1, pods=2, priority=75, node_selector={"rack": "r2"})
+        .build()
+    )
+    state.nodes.extend(extra.nodes)
+    state.queues.extend(extra.queues)
+    state.jobs.extend(extra.jobs)
+    return state
+
+
 def shuffled(state: ClusterState, seed: int) -> ClusterState:
     rng = random.Random(seed)
     copied = copy.deepcopy(state)
@@ -86,6 +106,6 @@ def test_input_order_does_not_change_a_spread_plan(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_input_order_does_not_change_the_plan_of_all_default_actions(seed: int) -> None:
     cfg = config(actions=DEFAULT_ACTIONS)
-    plan = run_cycle(busy_cluster(), cfg)
-    assert plan.evictions  # the victim actions have something to do here
-    assert signature(run_cycle(shuffled(busy_cluster(), seed), cfg)) == signature(plan)
+    plan = run_cycle(busy_cluster_with_a_preemptor(), cfg)
+    assert {e.reason.cause.value for e in plan.evictions} >= {"preempt"}  # the victim actions have work
+    assert signature(run_cycle(shuffled(busy_cluster_with_a_preemptor(), seed), cfg)) == signature(plan)

@@ -265,3 +265,30 @@ def test_pipeline_back_onto_own_node_is_an_un_evict() -> None:
 
     assert victim.status == RUNNING
     assert_same(freeze(session), before)
+
+
+def test_undoing_a_later_actions_moves_leaves_a_placement_credited_to_the_action_that_made_it() -> None:
+    """A victim simulation evicts and re-places a task allocate placed, then gives up: the plan
+    must still say allocate placed it (it said reclaim, for jobs reclaim never touched)."""
+    session = busy_cluster()
+    n1, n2 = session.nodes.table.index["n1"], session.nodes.table.index["n2"]
+    task = find_task(session, "pending-0")
+    session.current_action = "allocate"
+    placed = Statement(session)
+    placed.allocate(task, n1)
+    placed.commit()
+    session.current_action = "reclaim"
+    simulated = Statement(session)
+    simulated.evict(task)
+    simulated.pipeline(task, n2)
+    simulated.discard()
+    assert session.placed_by[task.uid] == "allocate"
+    undone = Statement(session)
+    undone.evict(task)
+    undone.pipeline(task, n1)  # back where it was: the eviction is undone, not a new placement
+    assert (task.status, session.placed_by[task.uid]) == (TaskStatus.ALLOCATED, "allocate")
+    never = find_task(session, "pending-1")
+    tried = Statement(session)
+    tried.allocate(never, n1)
+    tried.discard()
+    assert never.uid not in session.placed_by
