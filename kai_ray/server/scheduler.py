@@ -58,6 +58,7 @@ from kai_ray.model.objects import ClusterState
 from kai_ray.server.endpoints import Health
 from kai_ray.server.gc_tuning import freeze_what_lives
 from kai_ray.server.metrics import EvictedPodGroup, SchedulerMetrics
+from kai_ray.server.usage_source import usage_source
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +191,8 @@ class KubeScheduler:
     grouper: PodGrouper | None = None
     """Gives our pods their PodGroups each cycle (the operators' podgrouper); None when another
     process does (`kai-ray podgrouper`, KAI's own) and the loop only schedules PodGroups it finds."""
+    usage_namespace: str = "default"
+    """Where the recorded queue usage is kept (serve's lease namespace), with time-based fair share."""
 
     def __post_init__(self) -> None:
         self.cache = ClusterCache(self.api, scheduler_name=self.scheduler_name, namespace=self.namespace)
@@ -209,6 +212,8 @@ class KubeScheduler:
             requests=functools.partial(self.cache.objects, "BindRequest"),
         )
         self.planner = CyclePlanner(self.config, self.executor, self.scheduler_name)
+        self.usage = usage_source(self.config, self.api, self.usage_namespace, self.scheduler_name)
+        """Queue usage for time-based fair share (None: off), fed by every cycle this replica runs."""
         """Reads the cache and decides; remembers the cache's objects between cycles."""
         self.known = KnownObjects(NODE_POOL_LABEL)
         """Pod uids, PodGroups' stored status and queue names, from the cache's changes."""
@@ -268,7 +273,11 @@ class KubeScheduler:
         phases.lap("snapshot")
         reported = self.reporter.report(problems)
         phases.lap("report")
-        session, plan = self.planner.decide(state)
+        session, plan = self.planner.decide(
+            state, None if self.usage is None else self.usage.usage(state.now)
+        )
+        if self.usage is not None:
+            self.usage.after_cycle(session)
         phases.lap("plan")
         known = self.known.refresh(self.cache)
         pod_uids, refs = known.pod_uids, known.podgroup_refs()
@@ -374,6 +383,8 @@ class KubeScheduler:
                 self.metrics.set_leader(True)
             outcome = self.cycle_until(stop, pacing, elector)
         finally:
+            if self.usage is not None:
+                self.usage.close()
             if self.metrics is not None:
                 self.metrics.set_leader(False)
             if elector is not None and outcome is RunOutcome.STOPPED:

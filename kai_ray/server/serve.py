@@ -317,6 +317,7 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
         bind_mode=options.bind_mode,
         grouper=options.grouper(connection.api) if options.grouper is not None else None,
         health=health,
+        usage_namespace=options.lease_namespace,
     )
     api = _start_api(scheduler, options, endpoints)
     tune_gc_for_serving()

@@ -20,6 +20,7 @@ from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.job_pool import JobPool
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.session import Session
+from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import ClusterState
 from kai_ray.model.snapshot import SnapshotCompiler
 
@@ -53,8 +54,9 @@ class CyclePlanner:
         """Pods bound by this scheduler itself, (node, uid) each: see `LiveCluster.assume_bound`."""
         self._reader.assume_bound(pods)
 
-    def decide(self, state: ClusterState) -> tuple[Session, Plan]:
-        session = open_session(self._compiler.compile(state), self.config, self.executor, self._pool)
+    def decide(self, state: ClusterState, usage: QueueUsage | None = None) -> tuple[Session, Plan]:
+        """The engine's session and plan for `state`, with the queues' past `usage` (spec §7)."""
+        session = open_session(self._compiler.compile(state), self.config, self.executor, self._pool, usage)
         plan = run_actions(session)
         if self._pool is not None:
             self._pool.keep(session.jobs, session.moved_jobs())
