@@ -107,3 +107,13 @@ def test_a_bad_clock_step_is_refused() -> None:
     result = CliRunner().invoke(app, ["simulate", str(EXAMPLE_7), "--clock-step", "later"])
     assert result.exit_code == 2
     assert "--clock-step" in result.output
+
+
+@pytest.mark.parametrize("command", ["--cycles 1", "--cycles 3 --clock-step 1d"])
+def test_the_docs_show_the_examples_real_output(command: str) -> None:
+    page = (ROOT / "docs" / "fairshare.md").read_text()
+    prompt = f"    $ kai-ray simulate examples/time-based-fairshare/example-7.yaml {command}\n"
+    block = page.split(prompt, 1)[1].split("\n\n", 1)[0]
+    shown = [line.removeprefix("    ").rstrip() for line in block.splitlines()]
+    actual = [line.rstrip() for line in simulate(EXAMPLE_7, *command.split()).splitlines()]
+    assert actual[: len(shown)] == shown

@@ -62,6 +62,7 @@ def test_sliding_window_forgets_what_left_it() -> None:
     history.record(14 * MINUTE, CAPACITY, {"a": (0, 0, 0)})
     assert history.usage(14 * MINUTE)["a"]["gpu"] == 0.0
     assert history.oldest_step == 5
+    assert history.run_count == 1
 
 
 def test_half_life_weighs_recent_steps_more() -> None:
