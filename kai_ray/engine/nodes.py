@@ -86,6 +86,8 @@ class NodeState:
                     self._apply_groups(-1 - offset, spec, spec.gpu_groups, spec.status, row, +1.0)
         self.changed_rows: list[int] = []
         """Every row touched, in order: lets cached per-row scores know what went stale."""
+        self.left_behind: dict[int, int] = {}
+        """Task uid → the row an evicted task moved away from, where its share stays releasing."""
 
     def add(self, task: Task) -> None:
         self._apply(task, +1.0)
@@ -99,6 +101,23 @@ class NodeState:
 
     def remove(self, task: Task) -> None:
         self._apply(task, -1.0)
+
+    def leave_behind(self, task: Task) -> None:
+        """An evicted task moves to another node: what it holds stays releasing where it was.
+
+        The pod still runs on its old node until it is gone, so, as KAI does, that node offers
+        its share to pipelined pods only, never as idle, until a later cycle sees the pod go."""
+        assert task.node is not None and task.status == TaskStatus.RELEASING  # an evicted victim
+        self.left_behind[task.uid] = task.node
+
+    def take_back(self, task: Task) -> bool:
+        """A task returns to releasing on the node it left behind: already booked there."""
+        if task.node is None or task.status != TaskStatus.RELEASING:
+            return False
+        if self.left_behind.get(task.uid) != task.node:
+            return False
+        del self.left_behind[task.uid]
+        return True
 
     def _apply(self, task: Task, sign: float) -> None:
         if task.node is None or task.status not in OCCUPYING:

@@ -133,7 +133,13 @@ class Session:
     # ------------------------------------------------------------------ the one primitive
     def move_task(self, task: Task, placement: Placement) -> None:
         self.placed_at_open.setdefault(task.uid, (task.status, task.node))
-        self._remove(task)
+        moves_away = (
+            task.status == TaskStatus.RELEASING
+            and placement.status == TaskStatus.PIPELINED
+            and placement.node != task.node
+            and task.uid not in self.nodes.left_behind
+        )
+        self._remove(task, leave_behind=moves_away)
         was_pending = task.status == TaskStatus.PENDING
         task.status, task.node, task.groups = placement.status, placement.node, placement.groups
         self._add(task)
@@ -167,14 +173,18 @@ class Session:
         return set(self._job_moves)
 
     def _add(self, task: Task) -> None:
-        self.nodes.add(task)
+        if not self.nodes.take_back(task):
+            self.nodes.add(task)
         if self._is_charged(task) and task.node is not None:
             charge = self.placed_fairness(task, task.node)
             self._charges[task.uid] = charge
             self.queues.charge(task.job.queue, charge, not task.job.spec.preemptible)
 
-    def _remove(self, task: Task) -> None:
-        self.nodes.remove(task)
+    def _remove(self, task: Task, *, leave_behind: bool = False) -> None:
+        if leave_behind:
+            self.nodes.leave_behind(task)
+        else:
+            self.nodes.remove(task)
         charge = self._charges.pop(task.uid, None)
         uid = task.uid
         at_open = uid in self._charged_at_open and uid not in self._discharged

@@ -292,3 +292,24 @@ def test_undoing_a_later_actions_moves_leaves_a_placement_credited_to_the_action
     tried.allocate(never, n1)
     tried.discard()
     assert never.uid not in session.placed_by
+
+
+def test_a_victim_moved_to_another_node_stays_releasing_where_it_was_until_undone() -> None:
+    """As KAI: the evicted pod still runs on its old node, so that node offers its GPU to
+    pipelined pods only (releasing), never as idle; undoing the move books it exactly as before."""
+    session = busy_cluster()
+    before = freeze(session)
+    n1, n2 = session.nodes.table.index["n1"], session.nodes.table.index["n2"]
+    victim = find_task(session, "running-0")
+    statement = Statement(session)
+    statement.evict(victim)
+    evicted = freeze(session)
+    statement.pipeline(victim, n1)
+    moved = freeze(session)
+    assert np.array_equal(moved.idle[n2], evicted.idle[n2])
+    assert np.array_equal(moved.releasing[n2], evicted.releasing[n2])
+    assert moved.releasing[n2][GPU] == before.releasing[n2][GPU] + 1
+    assert moved.releasing[n1][GPU] == before.releasing[n1][GPU] - 1  # the pipelined pod waits on n1
+    statement.discard()
+    assert_same(freeze(session), before)
+    assert session.nodes.left_behind == {}
