@@ -40,6 +40,7 @@ from kai_ray.cluster.kube.permissions import (
     OWNER_READ_PERMISSIONS,
     PODGROUPER_PERMISSIONS,
     SCHEDULER_PERMISSIONS,
+    USAGE_PERMISSIONS,
     Permission,
     missing_permissions,
 )
@@ -141,18 +142,24 @@ def load_configuration(kubeconfig: Path | None) -> client.Configuration:
 
 
 def check_cluster(
-    api: Any, lease_namespace: str, permissions: Sequence[Permission], optional: Sequence[Permission] = ()
+    api: Any,
+    lease_namespace: str,
+    permissions: Sequence[Permission],
+    optional: Sequence[Permission] = (),
+    optional_in_lease_namespace: Sequence[Permission] = (),
 ) -> None:
     """Reachable, credentials accepted, every one of `permissions` granted; else one `ServeError` line.
 
-    Missing `optional` permissions are one warning line: what they cost is said, and the
-    process goes on (the podgrouper without an owner kind groups its pods on their own).
+    Missing `optional` permissions (cluster-wide) and `optional_in_lease_namespace` ones are one
+    warning line each: what they cost is said, and the process goes on (the podgrouper without an
+    owner kind groups its pods on their own; recorded usage without ConfigMaps stays in memory).
     """
     host = api.configuration.host
     try:
         client.VersionApi(api).get_code(_request_timeout=(5.0, 5.0))
         missing = missing_permissions(api, permissions, lease_namespace)
         unreadable = missing_permissions(api, optional)
+        unkept = missing_permissions(api, (), lease_namespace, optional_in_lease_namespace)
     except ApiException as error:
         if error.status in (401, 403):
             raise ServeError(
@@ -180,6 +187,12 @@ def check_cluster(
         log.warning(
             "the podgrouper cannot read %s: a pod owned by one is grouped by the owner below it, or alone",
             ", ".join(kinds),
+        )
+    if unkept:
+        log.warning(
+            "recorded queue usage cannot be kept in namespace %s (missing %s): a restart forgets it",
+            lease_namespace,
+            ", ".join(str(p) for p in unkept),
         )
 
 
@@ -211,6 +224,7 @@ def connect(
     timing: LeaseTiming,
     permissions: Sequence[Permission],
     optional: Sequence[Permission] = (),
+    optional_in_lease_namespace: Sequence[Permission] = (),
 ) -> Connection:
     """Load the kubeconfig, check the cluster and `permissions` (`ServeError` if not), build the elector."""
     configuration = load_configuration(kubeconfig)
@@ -219,7 +233,7 @@ def connect(
     # Not fenced (the lease and the start-up checks come before leadership), but timed out.
     election_api = FencedApiClient(configuration)
     election_api.user_agent = f"kai-ray/{__version__} ({identity})"
-    check_cluster(election_api, lease_namespace, permissions, optional)
+    check_cluster(election_api, lease_namespace, permissions, optional, optional_in_lease_namespace)
     elector = LeaderElector(election_api, lease_namespace, lease, identity, timing)
     api = FencedApiClient(configuration, elector.leadership)
     api.user_agent = election_api.user_agent
@@ -303,6 +317,7 @@ def _serve(options: ServeOptions, executor: Executor | None) -> int:
             )
         ),
         OWNER_READ_PERMISSIONS if grouping else (),
+        USAGE_PERMISSIONS if _records_usage(scheduler_config) else (),
     )
     metrics = SchedulerMetrics()
     health = Health()
@@ -358,6 +373,11 @@ def _start_api(
         if endpoints is not None:
             endpoints.close()
         raise
+
+
+def _records_usage(config: SchedulerConfig) -> bool:
+    """Time-based fair share with usage recorded by serve itself (kept in a ConfigMap)."""
+    return config.usage_db is not None and config.usage_db.client_type == "embedded"
 
 
 def _scheduler_config(path: Path | None) -> SchedulerConfig:

@@ -64,7 +64,8 @@ class EmbeddedUsage:
 
     The history is read once this process leads (its first cycle), not at start-up: a standby's
     copy would miss what the leader recorded meanwhile. Until that read succeeds nothing is recorded,
-    so a history that could not be read is never overwritten by a shorter one.
+    so a history that could not be read is never overwritten by a shorter one; only a refusal
+    (no right to read it) starts a history in memory, since no retry can succeed then.
     """
 
     def __init__(
@@ -105,7 +106,15 @@ class EmbeddedUsage:
         where = f"{self._store.namespace}/{self._store.name}"
         try:
             data = self._store.read()
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+        except ApiException as error:
+            if error.status != 403:
+                log.warning("usage history %s not read, retried next cycle: %s", where, _reason(error))
+                return
+            log.warning(
+                "usage history %s cannot be read (%s): recording in memory only", where, _reason(error)
+            )
+            data = None
+        except (urllib3.exceptions.HTTPError, OSError) as error:
             log.warning("usage history %s not read, retried next cycle: %s", where, _reason(error))
             return
         except ValueError as error:

@@ -15,8 +15,11 @@ import pytest
 from kube_serve import Serve, stop_process, wait_until
 from kube_zone import Zone
 from kubernetes import client
+from test_kube_rbac import ACCOUNT, MANIFEST, applied_rbac
 
+from kai_ray import devcluster
 from kai_ray.cluster.kube.usage_store import DATA_KEY, config_map_name
+from kai_ray.devcluster import DevCluster
 
 pytestmark = pytest.mark.kube
 
@@ -81,3 +84,35 @@ def test_a_restarted_serve_carries_on_from_the_recorded_usage(
     assert after["runs"][0]["start"] == oldest
     assert holds_gpus(after, queue)
     assert any("run(s) recorded before" in message for message in second.messages()), second.tail()
+
+
+def test_without_configmap_rights_serve_says_the_usage_stays_in_memory_and_schedules(
+    kube_cluster: DevCluster, kube_api: Any, zone: Zone, serves: Callable[..., Serve], tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    zone.node("n0")
+    queue = zone.queue("q")
+    with applied_rbac(kube_api, zone.name, MANIFEST):
+        kubeconfig = devcluster.service_account_kubeconfig(
+            kube_cluster, kube_api, zone.name, ACCOUNT, tmp_path / "sa"
+        )
+        serve = serves(f"{zone.name}-s", zone.name, "--config", str(config), kubeconfig=kubeconfig)
+        zone.pod("p", queue=queue)
+
+        def bound() -> bool:
+            found = client.CoreV1Api(kube_api).read_namespaced_pod("p", zone.name)
+            return bool(found.spec.node_name)
+
+        wait_until(bound, 60, f"the pod bound\n{serve.tail()}")
+        warnings = [m for m in serve.messages() if m.startswith("recorded queue usage cannot be kept")]
+        assert warnings == [
+            f"recorded queue usage cannot be kept in namespace {zone.name} (missing get configmaps,"
+            " create configmaps, update configmaps): a restart forgets it"
+        ]
+        assert any(
+            m.startswith(f"usage history {zone.name}/kai-scheduler-queue-usage cannot be read (HTTP 403")
+            and m.endswith("recording in memory only")
+            for m in serve.messages()
+        ), serve.tail()
+        assert stored(kube_api, zone.name) is None

@@ -24,6 +24,7 @@ __all__ = [
     "OWNER_READ_PERMISSIONS",
     "PODGROUPER_PERMISSIONS",
     "SCHEDULER_PERMISSIONS",
+    "USAGE_PERMISSIONS",
     "Permission",
     "missing_permissions",
 ]
@@ -142,12 +143,19 @@ LEASE_PERMISSIONS: tuple[Permission, ...] = tuple(
 )
 """Granted in the lease namespace only (a Role)."""
 
+USAGE_PERMISSIONS: tuple[Permission, ...] = tuple(_each("", "configmaps", ("get", "create", "update")))
+"""Time-based fair share with `clientType: embedded` keeps its recorded usage in a ConfigMap in the
+lease namespace.  Optional: without them the history lives in memory only (start-up says so)."""
+
 
 def missing_permissions(
-    api: Any, cluster: Iterable[Permission], lease_namespace: str | None = None
+    api: Any,
+    cluster: Iterable[Permission],
+    lease_namespace: str | None = None,
+    namespaced: Iterable[Permission] = LEASE_PERMISSIONS,
 ) -> list[Permission]:
     """The permissions this identity lacks, asked of the API server (SelfSubjectAccessReview):
-    `cluster` in every namespace, and the Lease rules in `lease_namespace` when given.
+    `cluster` in every namespace, and `namespaced` (the Lease rules) in `lease_namespace` when given.
 
     `api` must not be fenced: these reviews are POSTs made before leadership exists.
     """
@@ -155,7 +163,7 @@ def missing_permissions(
     missing = []
     checks: list[tuple[Permission, str | None]] = [(p, None) for p in cluster]
     if lease_namespace is not None:
-        checks += [(p, lease_namespace) for p in LEASE_PERMISSIONS]
+        checks += [(p, lease_namespace) for p in namespaced]
     for permission, namespace in checks:
         body = client.V1SelfSubjectAccessReview(
             spec=client.V1SelfSubjectAccessReviewSpec(
