@@ -60,6 +60,7 @@ from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.minruntime import MinRuntime
 from kai_ray.engine.session import Session
+from kai_ray.engine.usage import UsageRecorder
 from kai_ray.model.objects import ClusterState
 from kai_ray.model.snapshot import compile_snapshot
 from kai_ray.service.backend import (
@@ -140,6 +141,9 @@ class SimBackend:
             raise ValueError(f"cycle_share must be in (0, 1], got {cycle_share}")
         self._config = config or SchedulerConfig()
         self._clock = clock
+        usage_db = self._config.usage_db
+        self._usage = None if usage_db is None else UsageRecorder(usage_db.params)
+        """Time-based fair share's history, fed by this backend's own cycles (kept in memory)."""
         self._executor = executor
         self._period = period
         self._max_idle = max_idle
@@ -270,8 +274,11 @@ class SimBackend:
             self._dirty = False  # this cycle sees every change made so far
         seen_pods = kinds.get("Pod", {})
         state, problems = cluster_from_manifest_set(manifest_set(kinds, self._source), now=now)
-        session = open_session(compile_snapshot(state), self._config, self._executor)
+        usage = None if self._usage is None else self._usage.usage(now)
+        session = open_session(compile_snapshot(state), self._config, self._executor, usage=usage)
         plan = run_actions(session)
+        if self._usage is not None:
+            self._usage.record(session)
         engine_seconds = time.perf_counter() - started
         due = next_timer(state, session, self._config, seen_pods.values())
         with self._cond:
