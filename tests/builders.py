@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kai_ray.api.config import DEFAULT_PLUGINS, PluginSpec, SchedulerConfig
 from kai_ray.engine.cycle import open_session as _open_session
@@ -39,6 +39,8 @@ from kai_ray.model.objects import (
     TaskSpec,
     TaskStatus,
     Toleration,
+    TopologyConstraintSpec,
+    TopologySpec,
 )
 from kai_ray.model.snapshot import compile_snapshot
 
@@ -73,6 +75,7 @@ class _JobDraft:
     min_member: int | None
     explicit_tree: bool
     template: dict[str, object] = field(default_factory=dict)
+    topology: TopologyConstraintSpec | None = None
 
 
 class ClusterBuilder:
@@ -83,6 +86,12 @@ class ClusterBuilder:
         self._nodes: list[NodeSpec] = []
         self._queues: list[QueueSpec] = []
         self._jobs: list[_JobDraft] = []
+        self._topologies: list[TopologySpec] = []
+
+    def topology(self, name: str, *levels: str, aliases: dict[str, str] | None = None) -> ClusterBuilder:
+        """A Topology object: node label keys from the coarsest level to the finest; aliases → label."""
+        self._topologies.append(TopologySpec(name, levels, tuple((aliases or {}).items())))
+        return self
 
     # ------------------------------------------------------------------ nodes
     def node(
@@ -180,8 +189,9 @@ class ClusterBuilder:
         tolerations: Iterable[Toleration] = (),
         started: float | None = None,
         preemption_delay: float | None = None,
+        topology: TopologyConstraintSpec | None = None,
     ) -> ClusterBuilder:
-        """A PodGroup with `pods` identical pods named `<job>-<i>`.
+        """A PodGroup with `pods` identical pods named `<job>-<i>`; `topology`: its job-level constraint.
 
         `gpus` is per pod (whole devices, or a fraction below 1). `min_member`
         defaults to every pod of the job (a full gang); `preemptible` defaults
@@ -211,7 +221,7 @@ class ClusterBuilder:
             "node_affinity": tuple(node_affinity),
             "tolerations": tuple(tolerations),
         }
-        self._jobs.append(_JobDraft(spec, min_member, subgroups is not None, template))
+        self._jobs.append(_JobDraft(spec, min_member, subgroups is not None, template, topology))
         for _ in range(pods):
             self.task(status=status, node=node, gpu_groups=gpu_groups)
         return self
@@ -255,8 +265,16 @@ class ClusterBuilder:
             if not draft.explicit_tree:
                 minimum = len(spec.tasks) if draft.min_member is None else draft.min_member
                 spec.subgroups = SubGroupSetSpec(pod_sets=(PodSetSpec("default", minimum),))
+            if draft.topology is not None:
+                spec.subgroups = replace(spec.subgroups, topology=draft.topology)
             jobs.append(spec)
-        state = ClusterState(nodes=list(self._nodes), queues=list(self._queues), jobs=jobs, now=self._now)
+        state = ClusterState(
+            nodes=list(self._nodes),
+            queues=list(self._queues),
+            jobs=jobs,
+            now=self._now,
+            topologies=list(self._topologies),
+        )
         return copy.deepcopy(state)
 
 
@@ -264,12 +282,15 @@ def cluster(now: float = 0.0) -> ClusterBuilder:
     return ClusterBuilder(now)
 
 
-def pod_set(name: str, min_available: int) -> PodSetSpec:
-    return PodSetSpec(name, min_available)
+def pod_set(name: str, min_available: int, topology: TopologyConstraintSpec | None = None) -> PodSetSpec:
+    return PodSetSpec(name, min_available, topology)
 
 
 def subgroup_set(
-    name: str = "", *members: SubGroupSetSpec | PodSetSpec, min_subgroups: int | None = None
+    name: str = "",
+    *members: SubGroupSetSpec | PodSetSpec,
+    min_subgroups: int | None = None,
+    topology: TopologyConstraintSpec | None = None,
 ) -> SubGroupSetSpec:
     """An inner node of a PodGroup tree; members are listed sets first, then pod sets (as KAI builds them)."""
     return SubGroupSetSpec(
@@ -277,6 +298,7 @@ def subgroup_set(
         min_subgroups=min_subgroups,
         subgroup_sets=tuple(m for m in members if isinstance(m, SubGroupSetSpec)),
         pod_sets=tuple(m for m in members if isinstance(m, PodSetSpec)),
+        topology=topology,
     )
 
 

@@ -31,6 +31,18 @@ def node(name: str = "n1", gpus: int = 8, labels: dict[str, str] | None = None, 
     }
 
 
+def topology(name: str, *levels: str, aliases: dict[str, str] | None = None) -> Obj:
+    """A Topology: node label keys from the coarsest level to the finest; `aliases`: label → alias."""
+    named = aliases or {}
+    written = [{"nodeLabel": level} | ({"alias": named[level]} if level in named else {}) for level in levels]
+    return {
+        "apiVersion": "kai.scheduler/v1alpha1",
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": written},
+    }
+
+
 def podgroup(name: str, queue: str = "team-a", ns: str = "team-a", **spec: Any) -> Obj:
     meta = {"name": name, "namespace": ns}
     body = {"queue": queue, **spec}

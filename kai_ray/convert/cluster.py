@@ -3,7 +3,7 @@
 Manifests for `kai-ray simulate` (their pods grouped first, by the same
 podgrouper as on a cluster) and the informer cache of `kai-ray serve` read
 Queues, PodGroups, Pods, Nodes, PriorityClasses and BindRequests through this
-module, so a directory of manifests and a live
+module (Topologies too), so a directory of manifests and a live
 cluster mean the same thing to the scheduler.  Bad content never raises: each
 broken object is reported as a `ManifestProblem` and skipped, and everything
 else is still converted, so one typo does not hide the rest of the cluster.
@@ -15,8 +15,7 @@ Choices where KAI's behaviour cannot be reproduced from objects alone:
 - Objects without `creationTimestamp` are "created" at their order of
   appearance (0, 1, 2 ... seconds); the cluster's `now` is the latest time any
   object mentions, unless the backend gives its clock.
-- Topology and Namespace objects are accepted but carry nothing the
-  `ClusterState` holds.
+- Namespace objects are accepted but carry nothing the `ClusterState` holds.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from kai_ray.api import (
     PodGroup,
     PriorityClass,
     Queue,
+    Topology,
     load_manifests,
 )
 from kai_ray.api.constants import SCHEDULER_NAME
@@ -46,6 +46,7 @@ from kai_ray.convert.nodes import node_spec
 from kai_ray.convert.podgroups import Priorities
 from kai_ray.convert.pods import PodContext
 from kai_ray.convert.queues import QueueIndex, convert_queues
+from kai_ray.convert.topologies import convert_topologies
 from kai_ray.model.objects import ClusterState
 
 __all__ = [
@@ -91,7 +92,14 @@ def cluster_from_manifest_set(
     assembler.add_podgroups(loaded.of_type(PodGroup))
     assembler.add_pods(loaded.of_type(Pod))
     assembler.add_occupants(list(occupants))
-    state = ClusterState(nodes=nodes, queues=queues, jobs=assembler.jobs, now=now, held=assembler.held)
+    state = ClusterState(
+        nodes=nodes,
+        queues=queues,
+        jobs=assembler.jobs,
+        now=now,
+        held=assembler.held,
+        topologies=convert_topologies(loaded.of_type(Topology)),
+    )
     return state, problems
 
 

@@ -36,6 +36,7 @@ from kai_ray.api import (
     PodGroup,
     PriorityClass,
     Queue,
+    Topology,
 )
 from kai_ray.api.constants import SCHEDULER_NAME
 from kai_ray.convert.cluster import bind_requests_by_pod
@@ -52,7 +53,8 @@ from kai_ray.convert.nodes import node_spec
 from kai_ray.convert.podgroups import Priorities
 from kai_ray.convert.pods import PodContext
 from kai_ray.convert.queues import QueueIndex, convert_queues
-from kai_ray.model.objects import ClusterState, HeldPod, JobSpec, NodeSpec, QueueSpec
+from kai_ray.convert.topologies import convert_topologies
+from kai_ray.model.objects import ClusterState, HeldPod, JobSpec, NodeSpec, QueueSpec, TopologySpec
 
 __all__ = ["FOREIGN_POD", "KIND_ORDER", "LiveCluster", "ObjectModel"]
 
@@ -175,6 +177,7 @@ class LiveCluster:
         self._queue_problems: list[ManifestProblem] = []
         self._node_problems: list[ManifestProblem] = []
         self._nodes: list[NodeSpec] = []
+        self._topologies: list[TopologySpec] = []
         self._context = PodContext(0.0, frozenset(), {})
 
     def __len__(self) -> int:
@@ -266,7 +269,12 @@ class LiveCluster:
         self._refresh_jobs()
         self._changed_kinds.clear()
         state = ClusterState(
-            nodes=self._nodes, queues=self._queues, jobs=list(self._jobs.jobs), now=now, held=self._held()
+            nodes=self._nodes,
+            queues=self._queues,
+            jobs=list(self._jobs.jobs),
+            now=now,
+            held=self._held(),
+            topologies=self._topologies,
         )
         return state, self._problems()
 
@@ -290,6 +298,8 @@ class LiveCluster:
             )
             self._priorities = Priorities.from_manifests(self._objects("PriorityClass", PriorityClass))
             self._dirty_groups.update(self._order["PodGroup"].keys)
+        if "Topology" in changed:
+            self._topologies = convert_topologies(self._objects("Topology", Topology))
         context = self._context
         names = context.nodes
         if "Node" in changed:

@@ -24,7 +24,8 @@ from kai_ray.api.constants import (
 )
 from kai_ray.convert.common import Invalid, annotation_time, created, seconds
 from kai_ray.convert.queues import QueueIndex
-from kai_ray.model.objects import JobSpec, PodSetSpec, SubGroupSetSpec
+from kai_ray.convert.topologies import constraint_spec, job_constraint
+from kai_ray.model.objects import JobSpec, PodSetSpec, SubGroupSetSpec, TopologyConstraintSpec
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def job_from_podgroup(manifest: Manifest[PodGroup], queues: QueueIndex, prioriti
         preemptible=is_preemptible(spec.preemptibility, priority),
         created=created(manifest),
         last_start=annotation_time(annotations, LAST_START_TIMESTAMP_ANNOTATION),
-        subgroups=subgroup_tree(spec),
+        subgroups=subgroup_tree(spec, job_constraint(group)),
         preemption_delay=seconds(spec.preemption_delay),
         last_eviction=annotation_time(annotations, LAST_EVICTION_TIMESTAMP_ANNOTATION),
         stale_since=annotation_time(annotations, STALE_PODGROUP_TIMESTAMP_ANNOTATION),
@@ -77,31 +78,43 @@ def job_from_podgroup(manifest: Manifest[PodGroup], queues: QueueIndex, prioriti
     )
 
 
-def subgroup_tree(spec: PodGroupSpec) -> SubGroupSetSpec:
+def subgroup_tree(spec: PodGroupSpec, constraint: TopologyConstraintSpec | None = None) -> SubGroupSetSpec:
     """The gang tree: one `default` pod set for a flat PodGroup, else the SubGroups as declared.
 
     A SubGroup named as someone's parent is an inner set (`minSubGroup`, unset =
     all members); any other is a pod set (`minMember`, unset = 0, i.e. elastic).
+    `constraint` is the job-level topology constraint, carried by the root.
     """
     if not spec.sub_groups:
         min_member = 1 if spec.min_member is None else spec.min_member
-        return SubGroupSetSpec(pod_sets=(PodSetSpec(DEFAULT_SUBGROUP, min_member),))
+        return SubGroupSetSpec(pod_sets=(PodSetSpec(DEFAULT_SUBGROUP, min_member),), topology=constraint)
     _check_structure(spec.sub_groups)
     inner = {g.parent for g in spec.sub_groups if g.parent}
-    return _subtree("", spec.min_sub_group, spec.sub_groups, inner)
+    return _subtree("", spec.min_sub_group, spec.sub_groups, inner, constraint)
 
 
 def _subtree(
-    name: str, min_subgroups: int | None, groups: list[SubGroup], inner: set[str]
+    name: str,
+    min_subgroups: int | None,
+    groups: list[SubGroup],
+    inner: set[str],
+    constraint: TopologyConstraintSpec | None,
 ) -> SubGroupSetSpec:
     children = [g for g in groups if (g.parent or "") == name]
     return SubGroupSetSpec(
         name=name,
         min_subgroups=min_subgroups,
         subgroup_sets=tuple(
-            _subtree(g.name, g.min_sub_group, groups, inner) for g in children if g.name in inner
+            _subtree(g.name, g.min_sub_group, groups, inner, constraint_spec(g.topology_constraint))
+            for g in children
+            if g.name in inner
         ),
-        pod_sets=tuple(PodSetSpec(g.name, g.min_member or 0) for g in children if g.name not in inner),
+        pod_sets=tuple(
+            PodSetSpec(g.name, g.min_member or 0, constraint_spec(g.topology_constraint))
+            for g in children
+            if g.name not in inner
+        ),
+        topology=constraint,
     )
 
 

@@ -22,6 +22,7 @@ from kai_ray.model.objects import (
     SubGroupSetSpec,
     TaskSpec,
     TaskStatus,
+    TopologyConstraintSpec,
 )
 from kai_ray.model.resources import CPU, GPU, MEMORY, NUM_RESOURCES, PODS
 
@@ -81,6 +82,7 @@ class PodSet:
     name: str
     min_available: int
     tasks: list[Task] = field(default_factory=list)
+    topology: TopologyConstraintSpec | None = None
 
     def count(self, statuses: frozenset[TaskStatus]) -> int:
         return sum(1 for t in self.tasks if t.status in statuses)
@@ -111,6 +113,7 @@ class SubGroupSet:
     min_subgroups: int | None
     sets: list[SubGroupSet]
     pod_sets: list[PodSet]
+    topology: TopologyConstraintSpec | None = None
 
     @property
     def members(self) -> list[SubGroupSet | PodSet]:
@@ -233,5 +236,6 @@ def _build_tree(spec: SubGroupSetSpec) -> SubGroupSet:
         name=spec.name,
         min_subgroups=spec.min_subgroups,
         sets=[_build_tree(child) for child in spec.subgroup_sets],
-        pod_sets=[PodSet(p.name, p.min_available) for p in spec.pod_sets],
+        pod_sets=[PodSet(p.name, p.min_available, topology=p.topology) for p in spec.pod_sets],
+        topology=spec.topology,
     )

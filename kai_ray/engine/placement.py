@@ -29,13 +29,19 @@ class DeviceChoice:
 
 
 def place_task(
-    session: Session, statement: Statement, task: Task, node_mask: np.ndarray | None, pipeline_only: bool
+    session: Session,
+    statement: Statement,
+    task: Task,
+    node_mask: np.ndarray | None,
+    pipeline_only: bool,
+    bonus: np.ndarray | None = None,
 ) -> str | None:
+    """`bonus`: extra score per node row (a topology plugin's ordering inside the chosen domain)."""
     for plugin in session.plugins:
         reason = plugin.pre_predicate(task)
         if reason:
             return reason
-    ranked = _ranked_rows(session, task, node_mask)
+    ranked = _ranked_rows(session, task, node_mask, bonus)
     first = next(ranked, None)
     if first is None:
         if session.simulating:
@@ -58,16 +64,22 @@ def place_task(
     return None
 
 
-def _ranked_rows(session: Session, task: Task, node_mask: np.ndarray | None) -> Generator[int, None, None]:
-    """Feasible rows best first: incrementally for the whole cluster, by a scan for a subset.
+def _ranked_rows(
+    session: Session, task: Task, node_mask: np.ndarray | None, bonus: np.ndarray | None
+) -> Generator[int, None, None]:
+    """Feasible rows best first: incrementally for the whole cluster, by a scan for a subset or a bonus.
 
     Callers close the generator when done, which hands popped entries back to the node finder.
     """
-    if node_mask is None:
+    if node_mask is None and bonus is None:
         yield from session.node_finder.ordered(task)
         return
     feasible, scores = score_rows(session, task, session.all_rows())
-    yield from session.executor.rank(feasible & node_mask, scores).tolist()
+    if node_mask is not None:
+        feasible &= node_mask
+    if bonus is not None:
+        scores = scores + bonus
+    yield from session.executor.rank(feasible, scores).tolist()
 
 
 def _node_capacity_problem(session: Session, task: Task, accepted_gpus: float) -> str | None:

@@ -25,6 +25,8 @@ __all__ = [
 
 GENERIC_KAI_REASON = "Unable to schedule podgroup"
 """KAI's `UnschedulableExplanation.reason` when no specific one applies (§13.2)."""
+TOPOLOGY_KAI_REASON = "Not enough resources for the workload"
+"""KAI's reason when no topology domain can hold a (sub)group (kubernetes-api.md §7)."""
 
 
 class EvictionCause(enum.StrEnum):
@@ -67,6 +69,10 @@ class PendingCause(enum.StrEnum):
     """The PodGroup (or its tree) cannot be interpreted; it is skipped."""
     EVICTION_BLOCKED = "EvictionBlocked"
     """A victim it needs could not be evicted (a PodDisruptionBudget said no)."""
+    NO_TOPOLOGY_DOMAIN = "NoTopologyDomain"
+    """No domain of its topology constraint's levels has room for a (sub)group."""
+    TOPOLOGY_MISCONFIGURED = "TopologyMisconfigured"
+    """Its constraint names a Topology that does not exist, or a level that topology lacks."""
 
     @property
     def kai_reason(self) -> str:
@@ -76,6 +82,8 @@ class PendingCause(enum.StrEnum):
         its various forms; our own names for what KAI does not report this way (clients
         must tolerate new reasons, §13.2).
         """
+        if self is PendingCause.NO_TOPOLOGY_DOMAIN:
+            return TOPOLOGY_KAI_REASON
         return GENERIC_KAI_REASON if self in _GENERIC else self.value
 
 
@@ -97,6 +105,8 @@ SPECIFIC_CAUSES = frozenset(
         PendingCause.QUEUE_DOES_NOT_EXIST,
         PendingCause.INVALID,
         PendingCause.EVICTION_BLOCKED,
+        PendingCause.NO_TOPOLOGY_DOMAIN,
+        PendingCause.TOPOLOGY_MISCONFIGURED,
     }
 )
 """Causes that say more than "it did not fit": when several actions explain a job, these win."""

@@ -174,9 +174,32 @@ class TaskSpec:
 
 
 @dataclass(frozen=True)
+class TopologySpec:
+    """A Topology object: node label keys from the coarsest level (first) to the finest (last)."""
+
+    name: str
+    levels: tuple[str, ...]
+    aliases: tuple[tuple[str, str], ...] = ()
+    """(alias, node label) pairs: a constraint may name a level by its alias."""
+
+
+@dataclass(frozen=True)
+class TopologyConstraintSpec:
+    """Where a (sub)group's pods must (required) or should (preferred) share one topology domain.
+
+    Levels are node label keys or level aliases of the named topology; None = no such constraint.
+    """
+
+    topology: str
+    required_level: str | None = None
+    preferred_level: str | None = None
+
+
+@dataclass(frozen=True)
 class PodSetSpec:
     name: str
     min_available: int
+    topology: TopologyConstraintSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +210,8 @@ class SubGroupSetSpec:
     min_subgroups: int | None = None
     subgroup_sets: tuple[SubGroupSetSpec, ...] = ()
     pod_sets: tuple[PodSetSpec, ...] = ()
+    topology: TopologyConstraintSpec | None = None
+    """On the root: the job-level constraint (PodGroup `spec.topologyConstraint`)."""
 
     def all_pod_sets(self) -> list[PodSetSpec]:
         found: list[PodSetSpec] = []
@@ -253,3 +278,4 @@ class ClusterState:
     jobs: list[JobSpec] = field(default_factory=list)
     now: float = 0.0
     held: list[HeldPod] = field(default_factory=list)
+    topologies: list[TopologySpec] = field(default_factory=list)

@@ -24,6 +24,7 @@ from kai_ray.model.objects import (
     QueueSpec,
     SubGroupSetSpec,
     TaskSpec,
+    TopologySpec,
 )
 from kai_ray.model.resources import CPU, GPU, MEMORY, NUM_RESOURCES, PODS
 
@@ -72,6 +73,8 @@ class Snapshot:
     problems: list[Problem]
     held: list[HeldPod] = field(default_factory=list)
     """Pods on this snapshot's nodes that hold resources but are not scheduled (see `HeldPod`)."""
+    topologies: dict[str, TopologySpec] = field(default_factory=dict)
+    """Topology objects by name; a constraint naming a missing one is the job's fit error, not a problem."""
 
     def is_leaf(self, queue: str) -> bool:
         return queue in self.queues and not self.children[queue]
@@ -156,7 +159,8 @@ class SnapshotCompiler:
             if entry.held:
                 held.extend(entry.held)
         self._jobs = compiled
-        return Snapshot(table, queues, children, jobs, state.now, problems, held)
+        topologies = {t.name: t for t in sorted(state.topologies, key=lambda t: t.name)}
+        return Snapshot(table, queues, children, jobs, state.now, problems, held, topologies)
 
     def _node_table(self, nodes: list[NodeSpec]) -> tuple[NodeTable, list[Problem], bool]:
         if self._nodes is not None and self._nodes[0] is nodes:

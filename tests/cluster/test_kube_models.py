@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from manifest_builders import node, pod, podgroup, queue
+from manifest_builders import node, pod, podgroup, queue, topology
 
 from kai_ray.api import Manifest, Pod
 from kai_ray.api.config import SchedulerConfig
@@ -148,7 +148,15 @@ def comparable(snapshot: Snapshot) -> tuple[Any, ...]:
     table = snapshot.nodes
     arrays = (table.allocatable, table.gpu_memory, table.gpu_memory_synced, table.schedulable)
     rows = (table.names, table.specs, [array.tolist() for array in arrays])
-    return rows, snapshot.queues, snapshot.children, snapshot.jobs, snapshot.problems, snapshot.held
+    return (
+        rows,
+        snapshot.queues,
+        snapshot.children,
+        snapshot.jobs,
+        snapshot.problems,
+        snapshot.held,
+        snapshot.topologies,
+    )
 
 
 def rfc3339(moment: float) -> str:
@@ -156,9 +164,10 @@ def rfc3339(moment: float) -> str:
 
 
 def random_object(rng: random.Random, now: float) -> tuple[str, dict[str, Any]]:
-    """(the cache's kind, object): queues, nodes, PodGroups, BindRequests, our pods (some the
-    models reject, some deleted, some placed) and other schedulers' pods on nodes."""
-    choice = rng.randrange(7)
+    """(the cache's kind, object): queues, nodes (some in topology domains), PodGroups (some
+    topology-constrained), Topologies, BindRequests, our pods (some the models reject, some
+    deleted, some placed) and other schedulers' pods on nodes."""
+    choice = rng.randrange(8)
     group = f"g{rng.randrange(4)}"
     name = f"{group}-{rng.randrange(3)}"
     if choice == 0:
@@ -166,9 +175,17 @@ def random_object(rng: random.Random, now: float) -> tuple[str, dict[str, Any]]:
             f"q{rng.randrange(3)}", parent=rng.choice(["", "", "q0"]), gpu=rng.choice([8, 16])
         )
     if choice == 1:
-        return "Node", node(f"n{rng.randrange(4)}", gpus=rng.choice([4, 8]))
+        labels = {"nvidia.com/gpu.memory": "81920"}
+        if rng.random() < 0.7:
+            labels |= {"zone": f"z{rng.randrange(2)}", "rack": f"r{rng.randrange(2)}"}
+        return "Node", node(f"n{rng.randrange(4)}", gpus=rng.choice([4, 8]), labels=labels)
     if choice == 2:
-        return "PodGroup", podgroup(group, queue=f"q{rng.randrange(3)}", minMember=rng.randrange(1, 3))
+        spec: dict[str, Any] = {"minMember": rng.randrange(1, 3)}
+        if rng.random() < 0.5:
+            spec["topologyConstraint"] = {"topology": f"t{rng.randrange(2)}", "requiredTopologyLevel": "rack"}
+        return "PodGroup", podgroup(group, queue=f"q{rng.randrange(3)}", **spec)
+    if choice == 7:
+        return "Topology", topology(f"t{rng.randrange(2)}", *rng.choice([("zone", "rack"), ("rack",)]))
     if choice == 3:
         request = {"podName": name, "selectedNode": f"n{rng.randrange(5)}", "selectedGPUGroups": ["x"]}
         body = {"metadata": {"name": name, "namespace": "team-a"}, "spec": request}

@@ -30,13 +30,13 @@ MIN_PASS = {
     "integration-preempt": 9,
     "integration-reclaim": 27,
     "integration-stalegangeviction": 1,
-    "integration-topology": 2,
+    "integration-topology": 3,
     "preempt": 5,
     "reclaim": 19,
     "reclaim-hierarchy": 4,
     "stalegangeviction": 6,
     "subgroups": 9,
-    "topology": 3,
+    "topology": 16,
 }
 
 

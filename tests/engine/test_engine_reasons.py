@@ -20,6 +20,8 @@ pytestmark = pytest.mark.unit
         (PendingCause.OVER_FAIR_SHARE, GENERIC_KAI_REASON),
         (PendingCause.NOT_REACHED, GENERIC_KAI_REASON),
         (PendingCause.EVICTION_BLOCKED, "EvictionBlocked"),
+        (PendingCause.NO_TOPOLOGY_DOMAIN, "Not enough resources for the workload"),
+        (PendingCause.TOPOLOGY_MISCONFIGURED, "TopologyMisconfigured"),
     ],
 )
 def test_causes_map_to_kai_explanation_reasons(cause: PendingCause, kai_reason: str) -> None:

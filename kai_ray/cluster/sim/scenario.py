@@ -26,6 +26,8 @@ from kai_ray.model.objects import (
     SubGroupSetSpec,
     TaskSpec,
     TaskStatus,
+    TopologyConstraintSpec,
+    TopologySpec,
 )
 
 SCENARIO_NOW = 0.0
@@ -78,6 +80,10 @@ def _scenario(raw: dict[str, Any]) -> Scenario:
         queues=[_queue(q) for q in raw["queues"]],
         jobs=jobs,
         now=SCENARIO_NOW,
+        topologies=[
+            TopologySpec(str(t["name"]), tuple(str(v) for v in t["levels"]))
+            for t in raw.get("topologies") or []
+        ],
     )
     return Scenario(
         name=str(raw["name"]),
@@ -171,21 +177,40 @@ def _ago(minutes_or_seconds: Any, unit: float) -> float | None:
     return SCENARIO_NOW - unit * float(minutes_or_seconds)
 
 
-def _subgroups(raw: dict[str, Any]) -> SubGroupSetSpec:
+def _subgroups(raw: dict[str, Any], topology: TopologyConstraintSpec | None = None) -> SubGroupSetSpec:
+    """`topology`: the job-level constraint, which the format writes on the job, not on the root entry."""
     return SubGroupSetSpec(
         name=str(raw.get("name") or ""),
         min_subgroups=raw.get("minSubGroups"),
-        subgroup_sets=tuple(_subgroups(s) for s in raw.get("subGroupSets") or []),
-        pod_sets=tuple(PodSetSpec(p["name"], int(p["minAvailable"])) for p in raw.get("podSets") or []),
+        subgroup_sets=tuple(
+            _subgroups(s, _constraint(s.get("topology"))) for s in raw.get("subGroupSets") or []
+        ),
+        pod_sets=tuple(
+            PodSetSpec(p["name"], int(p["minAvailable"]), _constraint(p.get("topology")))
+            for p in raw.get("podSets") or []
+        ),
+        topology=topology or _constraint(raw.get("topology")),
+    )
+
+
+def _constraint(raw: dict[str, Any] | None) -> TopologyConstraintSpec | None:
+    if not raw:
+        return None
+    return TopologyConstraintSpec(
+        topology=str(raw["name"]),
+        required_level=None if raw.get("required") is None else str(raw["required"]),
+        preferred_level=None if raw.get("preferred") is None else str(raw["preferred"]),
     )
 
 
 def _job(raw: dict[str, Any]) -> JobSpec:
+    job_constraint = _constraint(raw.get("topology"))
     if "subGroups" in raw:
-        tree = _subgroups(raw["subGroups"])
+        tree = _subgroups(raw["subGroups"], job_constraint)
     else:
         tree = SubGroupSetSpec(
-            pod_sets=(PodSetSpec("default", int(raw.get("minMember", len(raw["tasks"])))),)
+            pod_sets=(PodSetSpec("default", int(raw.get("minMember", len(raw["tasks"])))),),
+            topology=job_constraint,
         )
     last_start = _ago(raw.get("startedMinutesAgo"), 60.0)
     return JobSpec(

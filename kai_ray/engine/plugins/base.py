@@ -29,6 +29,19 @@ class NodeFilter:
     reason: str
 
 
+@dataclass(frozen=True)
+class NodeSubsets:
+    """Node sets to try a (sub)group on, in order (KAI's SubsetNodes), and an ordering bonus per row.
+
+    The allocator keeps the first set on which the whole (sub)group fits; `scores` (or None)
+    are added to every node score of the (sub)group's tasks and of subgroups below it that
+    bring none of their own.
+    """
+
+    masks: list[np.ndarray]
+    scores: np.ndarray | None = None
+
+
 class Plugin:
     name: ClassVar[str] = ""
 
@@ -79,6 +92,16 @@ class Plugin:
 
     def non_preemptible_quota_problem(self, job: Job, tasks: list[Task]) -> PendingReason | None:
         """Why a non-preemptible job may not grow past its queues' deserved quota (§13)."""
+        return None
+
+    def splits_nodes(self, job: Job) -> bool:
+        """Whether `node_subsets` may have an opinion on some (sub)group of this job."""
+        return False
+
+    def node_subsets(
+        self, job: Job, group: SubGroupSet | PodSet, tasks: list[Task], node_mask: np.ndarray
+    ) -> NodeSubsets | PendingReason | None:
+        """Where the group's `tasks` may go within `node_mask`, why nowhere, or None for no opinion."""
         return None
 
     def node_capacity_problem(self, task: Task, accepted_gpus: float) -> str | None:

@@ -26,6 +26,7 @@ from kai_ray.engine.plugins.scoring import (
     NodePlacementPlugin,
     ResourceTypePlugin,
 )
+from kai_ray.engine.plugins.topology import TopologyPlugin
 
 PLUGINS: dict[str, type[Plugin]] = {
     plugin.name: plugin
@@ -44,6 +45,7 @@ PLUGINS: dict[str, type[Plugin]] = {
         NodePlacementPlugin,
         GpuPackPlugin,
         GpuSpreadPlugin,
+        TopologyPlugin,
     )
 }
 
@@ -52,7 +54,6 @@ ACCEPTED_WITHOUT_BEHAVIOUR = frozenset(
         "nominatednode",
         "dynamicresources",
         "minruntime",
-        "topology",
         "snapshot",
         "sg-nodelocalgreedy",
         "sg-multinodegang",
