@@ -117,3 +117,50 @@ def test_the_docs_show_the_examples_real_output(command: str) -> None:
     shown = [line.removeprefix("    ").rstrip() for line in block.splitlines()]
     actual = [line.rstrip() for line in simulate(EXAMPLE_7, *command.split()).splitlines()]
     assert actual[: len(shown)] == shown
+
+
+MANIFESTS = """\
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+status: {allocatable: {cpu: "16", memory: 64Gi, nvidia.com/gpu: "8", pods: "110"}}
+""" + "".join(
+    f"""---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {name}}}
+spec:
+  resources:
+    gpu: {{quota: 0, limit: -1, overQuotaWeight: 1}}
+    cpu: {{quota: -1, limit: -1, overQuotaWeight: 1}}
+    memory: {{quota: -1, limit: -1, overQuotaWeight: 1}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}-pod, namespace: ns, labels: {{kai.scheduler/queue: {name}}}}}
+spec:
+  schedulerName: kai-scheduler
+  containers: [{{name: c, resources: {{limits: {{nvidia.com/gpu: "8"}}}}}}]
+"""
+    for name in ("team-a", "team-b")
+)
+
+
+def test_manifests_take_past_usage_from_a_file(tmp_path: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text(MANIFESTS)
+    usage = tmp_path / "usage.yaml"
+    usage.write_text("queues:\n  team-a: {gpu: 0.75}\n  team-b: {gpu: 0.25}\n")
+    cells = gpu_cells(simulate(tmp_path / "cluster.yaml", "--usage", usage))
+    # P_A = 0.5 + (0.5 - 0.75) = 0.25, P_B = 0.75: 8 GPUs split 2 / 6.
+    assert (cells["team-a"][0].split(" / ")[0], cells["team-b"][0].split(" / ")[0]) == ("2", "6")
+    assert cells["team-a"][1] == "0.750 / 0.000 / 0.000"
+    plain = gpu_cells(simulate(tmp_path / "cluster.yaml"))
+    assert (plain["team-a"][0].split(" / ")[0], plain["team-b"][0].split(" / ")[0]) == ("4", "4")
+
+
+def test_a_scenario_with_its_own_usage_refuses_another(tmp_path: Path) -> None:
+    usage = tmp_path / "usage.yaml"
+    usage.write_text("queues: {}\n")
+    result = CliRunner().invoke(app, ["simulate", str(EXAMPLE_7), "--usage", str(usage)])
+    assert result.exit_code == 2
+    assert "the scenario states its usage already; --usage is for manifests" in result.output
