@@ -166,3 +166,19 @@ def test_a_grouping_notice_is_a_warning_and_the_simulation_runs(tmp_path: Path) 
     expected = f"warning: {manifest}:11: Pod/ns/train-0: its kai.scheduler/queue label 'team-b'"
     assert warning.startswith(expected)
     assert json.loads(out)["counts"]["binds"] == 1  # scheduled in team-a, the Job's queue
+
+
+def test_the_topology_example_packs_gangs_into_racks_and_says_which_rack_came_closest() -> None:
+    """docs/topology.md tells this outcome of examples/topology."""
+    code, out, _ = run("simulate", str(ROOT / "examples" / "topology"), "--output", "json")
+    assert code == 0
+    tasks = json.loads(out)["tasks"]
+    nodes = {key.split("/")[1]: task["node"] for key, task in tasks.items()}
+    assert {nodes[f"train-{i}"] for i in range(4)} == {"rack1-node1", "rack1-node2"}
+    assert {nodes[f"tune-{i}"] for i in range(4)} | {nodes[f"sweep-{i}"] for i in range(3)} == {
+        "rack2-node1",
+        "rack2-node2",
+    }
+    assert all(nodes[f"eval-{i}"] is None for i in range(4))
+    wide = CliRunner().invoke(app, ["simulate", str(ROOT / "examples" / "topology")], env={"COLUMNS": "250"})
+    assert "closest: example.com/rack zone-a.rack-1 has 2 of 4 GPUs" in wide.stdout

@@ -46,9 +46,10 @@ class DomainTree:
     root: Domain
     member: np.ndarray
     """Per node row: does it carry every level label."""
-    labels: list[list[str]]
-    """Per level, per node row: the label value ('' for non-members)."""
-    by_id: dict[tuple[int, str], Domain]
+    codes: np.ndarray
+    """Per level, per node row: the index of the row's domain among `levels[level]` (-1 outside)."""
+    levels: list[list[Domain]]
+    """Per level, its domains in id order."""
 
     @property
     def name(self) -> str:
@@ -70,50 +71,52 @@ class DomainTree:
         """The domain at that depth holding a member row."""
         if depth == 0:
             return self.root
-        return self.by_id[(depth, ".".join(self.labels[d][row] for d in range(depth)))]
+        return self.levels[depth - 1][int(self.codes[depth - 1, row])]
 
     def lowest_common(self, rows: np.ndarray, stop_depth: int | None) -> Domain:
         """The deepest domain holding all these member rows, not below `stop_depth` (§18.3 step 1)."""
         depth = 0
-        for level in range(len(self.topology.levels)):
-            values = {self.labels[level][row] for row in rows.tolist()}
-            if len(values) != 1 or "" in values:
-                break
-            depth = level + 1
-            if depth == stop_depth:
-                break
-        if depth == 0 or len(rows) == 0:
-            return self.root
-        return self.domain_of(int(rows[0]), depth)
+        if len(rows):
+            for level in range(len(self.topology.levels)):
+                codes = self.codes[level, rows]
+                if codes[0] < 0 or np.any(codes != codes[0]):
+                    break
+                depth = level + 1
+                if depth == stop_depth:
+                    break
+        return self.domain_of(int(rows[0]), depth) if depth else self.root
 
     def level_domains(self, depth: int) -> list[Domain]:
         """Every domain at a depth, in id order."""
-        return [d for d in self.root.walk() if d.depth == depth]
+        return [self.root] if depth == 0 else list(self.levels[depth - 1])
 
 
 def build_tree(topology: TopologySpec, nodes: NodeTable) -> DomainTree:
+    """Domains from the member nodes' labels, children in id order (a job's sorted order is kept apart)."""
     count = len(nodes.names)
-    labels = [[spec.labels.get(level, "") for spec in nodes.specs] for level in topology.levels]
     member = np.array(
         [all(level in spec.labels for level in topology.levels) for spec in nodes.specs], dtype=bool
     )
-    member_rows = np.flatnonzero(member) if count else np.zeros(0, dtype=np.int64)
+    member_rows = np.flatnonzero(member)
     root = Domain(ROOT_LEVEL, ROOT_LEVEL, 0, member_rows)
-    by_id: dict[tuple[int, str], Domain] = {}
-    rows_by_id: dict[tuple[int, str], list[int]] = {}
-    for row in member_rows.tolist():
-        for level in range(len(topology.levels)):
-            key = (level + 1, ".".join(labels[d][row] for d in range(level + 1)))
-            rows_by_id.setdefault(key, []).append(row)
-    for key in sorted(rows_by_id):
-        depth, domain_id = key
-        by_id[key] = Domain(
-            domain_id, topology.levels[depth - 1], depth, np.array(rows_by_id[key], dtype=np.int64)
-        )
-    for (depth, _), domain in sorted(by_id.items()):
-        first = int(domain.rows[0])
-        parent = (
-            root if depth == 1 else by_id[(depth - 1, ".".join(labels[d][first] for d in range(depth - 1)))]
-        )
-        parent.children.append(domain)
-    return DomainTree(topology, root, member, labels, by_id)
+    codes = np.full((len(topology.levels), count), -1, dtype=np.int64)
+    levels: list[list[Domain]] = []
+    parents = [root]
+    parent_codes = np.zeros(count, dtype=np.int64)
+    ids = [""] * count
+    for level, label in enumerate(topology.levels):
+        for row in member_rows.tolist():
+            value = nodes.specs[row].labels[label]
+            ids[row] = value if level == 0 else f"{ids[row]}.{value}"
+        names = sorted({ids[row] for row in member_rows.tolist()})
+        index = {name: i for i, name in enumerate(names)}
+        codes[level, member_rows] = [index[ids[row]] for row in member_rows.tolist()]
+        domains = [
+            Domain(name, label, level + 1, member_rows[codes[level, member_rows] == i])
+            for i, name in enumerate(names)
+        ]
+        for domain in domains:
+            parents[int(parent_codes[domain.rows[0]])].children.append(domain)
+        levels.append(domains)
+        parents, parent_codes = domains, codes[level]
+    return DomainTree(topology, root, member, codes, levels)
