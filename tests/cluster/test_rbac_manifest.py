@@ -15,6 +15,7 @@ from kai_ray.cluster.kube.permissions import (
     OWNER_READ_PERMISSIONS,
     PODGROUPER_PERMISSIONS,
     SCHEDULER_PERMISSIONS,
+    USAGE_PERMISSIONS,
     Permission,
 )
 from kai_ray.server import serve
@@ -60,9 +61,14 @@ def test_the_scheduler_alone_never_creates_or_updates_podgroups() -> None:
     assert verbs == {"get", "list", "watch", "patch"}
 
 
-@pytest.mark.parametrize("manifest", [SERVE, PODGROUPER], ids=lambda p: p.name)
-def test_the_lease_role_is_namespaced_and_exact(manifest: Path) -> None:
-    assert granted(manifest, "Role") == set(LEASE_PERMISSIONS)
+@pytest.mark.parametrize(
+    ("manifest", "namespaced"),
+    [(SERVE, (*LEASE_PERMISSIONS, *USAGE_PERMISSIONS)), (PODGROUPER, LEASE_PERMISSIONS)],
+    ids=lambda v: v.name if isinstance(v, Path) else "",
+)
+def test_the_lease_role_is_namespaced_and_exact(manifest: Path, namespaced: tuple[Permission, ...]) -> None:
+    """Serve's Role also covers the ConfigMap of its recorded queue usage (time-based fair share)."""
+    assert granted(manifest, "Role") == set(namespaced)
 
 
 @pytest.mark.parametrize("manifest", [SERVE, PODGROUPER], ids=lambda p: p.name)

@@ -22,6 +22,7 @@ from kai_ray.cluster.kube.permissions import (
     OWNER_READ_PERMISSIONS,
     PODGROUPER_PERMISSIONS,
     SCHEDULER_PERMISSIONS,
+    USAGE_PERMISSIONS,
 )
 
 pytestmark = pytest.mark.kube  # needs the helm binary
@@ -62,6 +63,12 @@ def test_an_in_process_podgrouper_gives_the_scheduler_both_sets_and_makes_no_pod
         ), kind
 
 
+def leader_role_of(role: dict[str, Any]) -> set[Any]:
+    """The lease, and for the scheduler also the ConfigMap of its recorded queue usage."""
+    usage = set(USAGE_PERMISSIONS) if role["metadata"]["name"] == f"{SCHEDULER}-leader" else set()
+    return set(LEASE_PERMISSIONS) | usage
+
+
 @pytest.mark.parametrize("in_process", [False, True], ids=["separate", "in-process"])
 def test_leases_are_granted_in_the_release_namespace_only(render: Renderer, in_process: bool) -> None:
     objects = render(f"podgrouper.inProcess={str(in_process).lower()}")
@@ -70,7 +77,7 @@ def test_leases_are_granted_in_the_release_namespace_only(render: Renderer, in_p
     assert sorted(r["metadata"]["name"] for r in roles) == sorted(f"{c}-leader" for c in components)
     for role in roles:
         assert role["metadata"]["namespace"] == NAMESPACE
-        assert granted(role["rules"]) == set(LEASE_PERMISSIONS)
+        assert granted(role["rules"]) == leader_role_of(role)
     # No cluster-wide lease rule: a component may take no other namespace's Lease.
     for role in find(objects, "ClusterRole"):
         assert not any(p.resource == "leases" for p in granted(role["rules"]))
@@ -125,4 +132,4 @@ def test_the_grpc_api_adds_exactly_its_permissions_to_the_scheduler(
     if not in_process:
         assert cluster_role(objects, PODGROUPER) == example_cluster_role(PODGROUPER_RBAC)
     for role in find(objects, "Role"):
-        assert granted(role["rules"]) == set(LEASE_PERMISSIONS)
+        assert granted(role["rules"]) == leader_role_of(role)

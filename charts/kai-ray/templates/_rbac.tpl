@@ -159,6 +159,14 @@ tests/helm/test_chart_rbac.py renders the chart and compares these rules with th
   verbs: [get, create, update]
 {{- end -}}
 
+{{/* USAGE_PERMISSIONS: the scheduler's recorded queue usage (time-based fair share), a ConfigMap
+beside its Lease. */}}
+{{- define "kai-ray.usageRules" -}}
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, create, update]
+{{- end -}}
+
 {{/*
 A component's ServiceAccount, ClusterRole + binding and lease Role + binding.
 (dict "root" $ "component" "scheduler" "name" "kai-ray-scheduler" "rules" "kai-ray.schedulerRules")
@@ -207,6 +215,9 @@ metadata:
     {{- $labels | nindent 4 }}
 rules:
 {{ include "kai-ray.leaseRules" .root }}
+{{- if eq .component "scheduler" }}
+{{ include "kai-ray.usageRules" .root }}
+{{- end }}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
