@@ -140,3 +140,13 @@ def test_the_grpc_flags_are_the_ones_serve_help_lists() -> None:
     known = command_flags("serve")
     for flag in ("--grpc-address", "--tls-cert", "--tls-key", "--tls-client-ca", "--token-file"):
         assert flag in known and flag in result.output, flag
+
+
+def test_time_based_fair_share_is_configured_from_its_value(render: Renderer, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    section = {"clientType": "embedded", "usageParams": {"windowSize": "1w", "halfLifePeriod": "1d"}}
+    values.write_text(yaml.safe_dump({"scheduler": {"usageDBConfig": section}}))
+    config = loaded(render(values))
+    assert config.usage_db is not None
+    assert (config.usage_db.client_type, config.usage_db.params.half_life_seconds) == ("embedded", 86400)
+    assert loaded(render()).usage_db is None

@@ -235,5 +235,9 @@ tiers:
 {{- end }}
 {{- end }}
 {{- end }}
+{{- with $values.usageDBConfig }}
+usageDBConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 {{- end -}}
