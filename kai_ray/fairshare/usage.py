@@ -102,6 +102,7 @@ class UsageHistory:
     def __init__(self, window: UsageWindow) -> None:
         self.window = window
         self._runs: list[_Run] = []
+        self._closed: tuple[tuple[int, ...], list[float], dict[str, list[float]]] | None = None
 
     @property
     def run_count(self) -> int:
@@ -149,6 +150,7 @@ class UsageHistory:
             for name, share in sorted(fractions.items())
         }
         self._runs = [_Run(first, step, _vector(capacity), allocated)]
+        self._closed = None
 
     def prune(self, now: float) -> None:
         """Forget steps the window no longer counts (memory stays bounded by the window)."""
@@ -166,19 +168,15 @@ class UsageHistory:
         """
         first = self.window.first_step(now)
         newest = self.window.step(now)
-        capacity_sum = [0.0, 0.0, 0.0]
-        allocated_sum: dict[str, list[float]] = {}
-        for index, run in enumerate(self._runs):
-            end = newest + 1 if index == len(self._runs) - 1 else min(run.end, newest + 1)
-            weight = self.window.weight(max(run.start, first), end, newest)
-            if weight == 0.0:
-                continue
-            for i in range(3):
-                capacity_sum[i] += weight * run.capacity[i]
-            for name, vector in run.allocated.items():
-                sums = allocated_sum.setdefault(name, [0.0, 0.0, 0.0])
-                for i in range(3):
-                    sums[i] += weight * vector[i]
+        capacity_sum, allocated_sum = self._closed_sums(first, newest)
+        if self._runs:
+            last = self._runs[-1]
+            _add_run(
+                capacity_sum,
+                allocated_sum,
+                last,
+                self.window.weight(max(last.start, first), newest + 1, newest),
+            )
         return {
             name: {
                 resource: sums[i] / capacity_sum[i] if capacity_sum[i] > 0 else 0.0
@@ -186,6 +184,26 @@ class UsageHistory:
             }
             for name, sums in sorted(allocated_sum.items())
         }
+
+    def _closed_sums(self, first: int, newest: int) -> tuple[list[float], dict[str, list[float]]]:
+        """Decayed sums over every run but the last, computed again only when they can change.
+
+        Why: a scheduler asks every cycle (each second) while the step moves once a minute, and a
+        busy week holds thousands of runs. Runs other than the last change only when one closes
+        (their count changes) or the window start moves, both part of the key; `load` and `seed`
+        replace the runs and drop the cache. Copies are returned, so callers may add to them.
+        """
+        closed = self._runs[:-1]
+        key = (first, newest, len(closed), closed[0].start if closed else 0, closed[-1].end if closed else 0)
+        if self._closed is None or self._closed[0] != key:
+            capacity_sum = [0.0, 0.0, 0.0]
+            allocated_sum: dict[str, list[float]] = {}
+            for run in closed:
+                weight = self.window.weight(max(run.start, first), min(run.end, newest + 1), newest)
+                _add_run(capacity_sum, allocated_sum, run, weight)
+            self._closed = (key, capacity_sum, allocated_sum)
+        _, capacity_sum, allocated_sum = self._closed
+        return list(capacity_sum), {name: list(sums) for name, sums in allocated_sum.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """The persisted form: plain JSON-able data, steps as integers of `resolution` seconds."""
@@ -231,6 +249,20 @@ class UsageHistory:
         ):
             raise ValueError("usage history runs are empty or out of order")
         self._runs = runs
+        self._closed = None
+
+
+def _add_run(
+    capacity_sum: list[float], allocated_sum: dict[str, list[float]], run: _Run, weight: float
+) -> None:
+    if weight == 0.0:
+        return
+    for i in range(3):
+        capacity_sum[i] += weight * run.capacity[i]
+    for name, vector in run.allocated.items():
+        sums = allocated_sum.setdefault(name, [0.0, 0.0, 0.0])
+        for i in range(3):
+            sums[i] += weight * vector[i]
 
 
 def _vector(values: Any) -> Vector:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kai_ray.fairshare import QueueDemand, divide
 from kai_ray.fairshare.usage import UsageHistory, UsageWindow
@@ -134,3 +136,29 @@ def test_persisted_form_round_trips_and_refuses_another_resolution() -> None:
     broken["runs"].reverse()
     with pytest.raises(ValueError, match="out of order"):
         copy.load(broken)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(0, 90), st.sampled_from([0.0, 2.0, 4.0]), st.sampled_from([0.0, 8.0])),
+        min_size=1,
+        max_size=40,
+    ),
+    half_life=st.sampled_from([None, 5 * MINUTE]),
+)
+def test_the_cached_sums_give_what_a_fresh_history_computes(
+    steps: list[tuple[int, float, float]], half_life: float | None
+) -> None:
+    """Queried after every record, as a scheduler does, the history agrees with a copy of itself
+    that never computed anything (what a restarted scheduler loads)."""
+    window = UsageWindow(size=30 * MINUTE, resolution=MINUTE, half_life=half_life)
+    history = UsageHistory(window)
+    now = 0.0
+    for advance, gpus_a, gpus_b in steps:
+        now += advance * 10.0
+        history.record(now, CAPACITY, {"a": (0, 0, gpus_a), "b": (0, 0, gpus_b)})
+        for at in (now, now + 15 * MINUTE):
+            fresh = UsageHistory(window)
+            fresh.load(history.to_dict())
+            assert history.usage(at) == fresh.usage(at)
