@@ -147,7 +147,7 @@ def _fail(problems: list[str]) -> NoReturn:
 
 
 def _simulate(
-    path: Path, cycles: int | None, executor: Executor | None, config_file: Path | None, clock: _Clock
+    path: Path, cycles: int | None, executor: Executor | None, config_file: Path | None, usage: _UsageOptions
 ) -> list[CycleResult]:
     if is_scenario_file(path):
         if config_file is not None:
@@ -157,9 +157,9 @@ def _simulate(
             inline = read_past_usage(path)
         except (ScenarioError, PastUsageError) as exc:
             _fail([str(exc)])
-        if inline is not None and clock.usage is not None:
+        if inline is not None and usage.stated is not None:
             _fail([f"{path}: the scenario states its usage already; --usage is for manifests"])
-        config, recorder, step = _with_usage(scenario.config, inline or clock.usage, clock.step)
+        config, recorder, step = _with_usage(scenario.config, inline or usage.stated, usage.step)
         cluster = SimulatedCluster(scenario.state, config, executor, recorder, step)
         return cluster.run(cycles or scenario.cycles)
     from kai_ray_operators.manifests import cluster_from_workload_documents
@@ -176,19 +176,22 @@ def _simulate(
     errors = [str(p) for p in problems if not p.warning]
     if errors:
         _fail(errors)
-    config, recorder, step = _with_usage(config, clock.usage, clock.step)
+    config, recorder, step = _with_usage(config, usage.stated, usage.step)
     return SimulatedCluster(state, config, executor, recorder, step).run(cycles or 1)
 
 
-class _Clock:
+class _UsageOptions:
     """`simulate`'s time-based fair share options: stated past usage and the step between cycles."""
 
     def __init__(self, usage_file: Path | None, step: str | None) -> None:
         try:
-            self.usage = None if usage_file is None else read_usage_file(usage_file)
+            self.stated = None if usage_file is None else read_usage_file(usage_file)
+        except PastUsageError as exc:
+            _fail([str(exc)])
+        try:
             self.step = None if step is None else parse_duration(step)
-        except (PastUsageError, ValueError) as exc:
-            _fail([f"--usage/--clock-step: {exc}"])
+        except ValueError as exc:
+            _fail([f"--clock-step: {exc}"])
         if self.step is not None and self.step < 0:
             _fail([f"--clock-step: must not be negative, got {step!r}"])
 
@@ -197,8 +200,8 @@ def _with_usage(
     config: SchedulerConfig, stated: PastUsage | None, step: float | None
 ) -> tuple[SchedulerConfig, UsageRecorder | None, float]:
     """The config with time-based fair share on when a usage block or usageDBConfig asks for it,
-    its recorder, and the clock step: one query resolution unless given, and none without usage
-    (a scenario's clock stands still, as in KAI's harness)."""
+    its recorder, and the clock step: one query resolution unless given; without usage, none unless
+    given (a scenario's clock stands still, as in KAI's harness)."""
     if stated is not None:
         update: dict[str, Any] = {"usage_db": stated.usage_db}
         if stated.k_value is not None:
@@ -269,8 +272,8 @@ def simulate(
     """Schedule PATH on the embedded simulated cluster and print the result."""
     if not path.exists():
         _fail([f"{path}: no such file or directory"])
-    clock = _Clock(usage_file, clock_step)
-    results = _simulate(path, cycles, _executor(executor, shards, ray_address), config_file, clock)
+    usage = _UsageOptions(usage_file, clock_step)
+    results = _simulate(path, cycles, _executor(executor, shards, ray_address), config_file, usage)
     if output == Output.JSON:
         typer.echo(render_json(results))
     else:

@@ -164,3 +164,12 @@ def test_a_scenario_with_its_own_usage_refuses_another(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["simulate", str(EXAMPLE_7), "--usage", str(usage)])
     assert result.exit_code == 2
     assert "the scenario states its usage already; --usage is for manifests" in result.output
+
+
+def test_a_bad_usage_file_names_the_file_and_the_field(tmp_path: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text(MANIFESTS)
+    usage = tmp_path / "usage.yaml"
+    usage.write_text("queues:\n  team-a: {gpu: lots}\n")
+    result = CliRunner().invoke(app, ["simulate", str(tmp_path / "cluster.yaml"), "--usage", str(usage)])
+    assert result.exit_code == 2
+    assert f"{usage}.queues.team-a.gpu: must be a number, got 'lots'" in result.output
