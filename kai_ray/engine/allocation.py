@@ -3,6 +3,9 @@
 Shared by the allocate action and, with `pipeline_only`, by the victim
 actions' simulations (§10). The caller owns the statement and decides to
 commit or discard; this function only rolls back its own partial work.
+Tasks are placed in gang order; a job whose (sub)groups a plugin restricts
+to node subsets (topology constraints, §18) is placed down its PodGroup tree
+instead, subset by subset.
 """
 
 from __future__ import annotations

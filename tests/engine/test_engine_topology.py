@@ -187,3 +187,30 @@ def test_spread_over_a_required_zone_the_pods_fill_the_roomiest_preferred_rack_f
     placed = binds(run_cycle(state))
 
     assert sorted(placed.values()) == ["a1", "b1", "b1", "b1"]
+
+
+def test_as_in_kai_a_required_zone_above_the_one_rack_all_nodes_share_counts_as_having_no_room() -> None:
+    """KAI works out free room only inside the lowest domain common to the nodes (§18.3)."""
+    state = (
+        racks(("a1", "z", "ra", 4), ("a2", "z", "ra", 4))
+        .job("gang", queue="q", gpus=1, pods=2, topology=constraint(required=ZONE))
+        .build()
+    )
+    plan = run_cycle(state)
+
+    assert binds(plan) == {}
+    assert plan.pending_reasons["gang"].cause is PendingCause.NO_TOPOLOGY_DOMAIN
+
+
+def test_a_gang_the_whole_topology_cannot_hold_even_with_a_preferred_level_only_waits() -> None:
+    state = (
+        racks(("a1", "z1", "ra", 1), ("b1", "z2", "rb", 2))
+        .job("gang", queue="q", gpus=1, pods=4, topology=constraint(preferred=RACK))
+        .build()
+    )
+    plan = run_cycle(state)
+
+    assert binds(plan) == {}
+    assert plan.pending_reasons["gang"].message == (
+        "no domain of topology topo can hold the job's 4 pods (closest: its nodes together have 3 of 4 GPUs)"
+    )

@@ -14,7 +14,7 @@ from kai_ray.engine.jobs import Job, PodSet, SubGroupSet, Task
 from kai_ray.engine.plugins.base import NodeSubsets, Plugin
 from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.engine.topology.selection import GroupDemand, NoDomain, choose_domains, level_problem
-from kai_ray.engine.topology.tree import DomainTree, build_tree
+from kai_ray.engine.topology.tree import ROOT_LEVEL, DomainTree, build_tree
 from kai_ray.model.objects import ACTIVE_ALLOCATED
 from kai_ray.model.resources import GPU
 
@@ -64,10 +64,10 @@ class TopologyPlugin(Plugin):
         )
         if isinstance(choice, NoDomain):
             closest = f" (closest: {choice.closest})" if choice.closest else ""
+            where = "no domain" if choice.level == ROOT_LEVEL else f"no {choice.level} domain"
             return PendingReason(
                 PendingCause.NO_TOPOLOGY_DOMAIN,
-                f"no {choice.level} domain of topology {tree.name} can hold the {who}'s "
-                f"{len(tasks)} pods{closest}",
+                f"{where} of topology {tree.name} can hold the {who}'s {len(tasks)} pods{closest}",
             )
         return NodeSubsets(choice.candidates, choice.scores)
 

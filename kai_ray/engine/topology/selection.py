@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kai_ray.engine.topology.tree import Domain, DomainTree
+from kai_ray.engine.topology.tree import ROOT_LEVEL, Domain, DomainTree
 from kai_ray.model.objects import TopologyConstraintSpec
 from kai_ray.model.resources import CPU, EPSILON, GPU, MEMORY, NUM_RESOURCES, PODS
 
@@ -64,9 +64,10 @@ class DomainShortfall:
     resource: str | None
 
     def __str__(self) -> str:
+        where = "its nodes together have" if self.level == ROOT_LEVEL else f"{self.level} {self.domain} has"
         if self.resource is None:
-            return f"{self.level} {self.domain} has room for {self.available:g} of {self.needed:g} pods"
-        return f"{self.level} {self.domain} has {self.available:g} of {self.needed:g} {self.resource}"
+            return f"{where} room for {self.available:g} of {self.needed:g} pods"
+        return f"{where} {self.available:g} of {self.needed:g} {self.resource}"
 
 
 @dataclass(frozen=True)
