@@ -67,19 +67,22 @@ def place_task(
 def _ranked_rows(
     session: Session, task: Task, node_mask: np.ndarray | None, bonus: np.ndarray | None
 ) -> Generator[int, None, None]:
-    """Feasible rows best first: incrementally for the whole cluster, by a scan for a subset or a bonus.
+    """Feasible rows best first: incrementally for the whole cluster, by a scan for a subset or a bonus
+    (scoring only the subset's rows: a row's score reads that row alone).
 
     Callers close the generator when done, which hands popped entries back to the node finder.
     """
     if node_mask is None and bonus is None:
         yield from session.node_finder.ordered(task)
         return
-    feasible, scores = score_rows(session, task, session.all_rows())
-    if node_mask is not None:
-        feasible &= node_mask
-    if bonus is not None:
-        scores = scores + bonus
-    yield from session.executor.rank(feasible, scores).tolist()
+    rows = session.all_rows() if node_mask is None else np.flatnonzero(node_mask)
+    feasible, scores = score_rows(session, task, rows)
+    count = len(session.nodes.table)
+    candidates = np.zeros(count, dtype=bool)
+    candidates[rows[feasible]] = True
+    totals = np.zeros(count) if bonus is None else bonus.copy()
+    totals[rows] += scores
+    yield from session.executor.rank(candidates, totals).tolist()
 
 
 def _node_capacity_problem(session: Session, task: Task, accepted_gpus: float) -> str | None:
