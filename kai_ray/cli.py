@@ -28,6 +28,7 @@ from kai_ray.cluster.sim.scenario import ScenarioError, is_scenario_file, load_s
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.usage import UsageRecorder
+from kai_ray.model.objects import ClusterState
 from kai_ray.report.scenario_json import render_json
 from kai_ray.report.table import render_table, terminal_console
 
@@ -159,7 +160,9 @@ def _simulate(
             _fail([str(exc)])
         if inline is not None and usage.stated is not None:
             _fail([f"{path}: the scenario states its usage already; --usage is for manifests"])
-        config, recorder, step = _with_usage(scenario.config, inline or usage.stated, usage.step)
+        config, recorder, step = _with_usage(
+            scenario.state, scenario.config, inline or usage.stated, usage.step
+        )
         cluster = SimulatedCluster(scenario.state, config, executor, recorder, step)
         return cluster.run(cycles or scenario.cycles)
     from kai_ray_operators.manifests import cluster_from_workload_documents
@@ -176,7 +179,7 @@ def _simulate(
     errors = [str(p) for p in problems if not p.warning]
     if errors:
         _fail(errors)
-    config, recorder, step = _with_usage(config, usage.stated, usage.step)
+    config, recorder, step = _with_usage(state, config, usage.stated, usage.step)
     return SimulatedCluster(state, config, executor, recorder, step).run(cycles or 1)
 
 
@@ -197,7 +200,7 @@ class _UsageOptions:
 
 
 def _with_usage(
-    config: SchedulerConfig, stated: PastUsage | None, step: float | None
+    state: ClusterState, config: SchedulerConfig, stated: PastUsage | None, step: float | None
 ) -> tuple[SchedulerConfig, UsageRecorder | None, float]:
     """The config with time-based fair share on when a usage block or usageDBConfig asks for it,
     its recorder, and the clock step: one query resolution unless given; without usage, none unless
@@ -210,7 +213,8 @@ def _with_usage(
     if config.usage_db is None:
         return config, None, step or 0.0
     params = config.usage_db.params
-    recorder = UsageRecorder(params, stated.queues if stated is not None else None)
+    parents = {queue.name: queue.parent for queue in state.queues}
+    recorder = UsageRecorder(params, stated.with_parents(parents) if stated is not None else None)
     return config, recorder, params.query_resolution_seconds if step is None else step
 
 

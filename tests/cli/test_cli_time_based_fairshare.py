@@ -27,7 +27,7 @@ def gpu_cells(table: str) -> dict[str, tuple[str, str]]:
     cells = {}
     for line in table.splitlines():
         parts = [part.strip() for part in line.split("│")]
-        if len(parts) > 2 and parts[1] in ("team-a", "team-b"):
+        if len(parts) > 2 and parts[1] in ("team-a", "team-b", "dept-a", "dept-b"):
             cells[parts[1]] = (parts[2], parts[-2])
     return cells
 
@@ -173,3 +173,24 @@ def test_a_bad_usage_file_names_the_file_and_the_field(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["simulate", str(tmp_path / "cluster.yaml"), "--usage", str(usage)])
     assert result.exit_code == 2
     assert f"{usage}.queues.team-a.gpu: must be a number, got 'lots'" in result.output
+
+
+def test_usage_stated_for_leaves_is_added_up_into_their_parents(tmp_path: Path) -> None:
+    """Each team under its own department: the departments divide the cluster by their teams' usage."""
+    text = EXAMPLE_7.read_text()
+    departments = "".join(
+        f"- name: dept-{team}\n  parent: null\n  priority: 100\n  createdMinute: 0\n  resources:\n"
+        "    gpu: {quota: 0, limit: -1, overQuotaWeight: 1}\n"
+        "    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}\n"
+        "    memory: {quota: -1, limit: -1, overQuotaWeight: 1}\n"
+        for team in ("a", "b")
+    )
+    text = text.replace(
+        "queues:\n- name: team-a\n  parent: null", f"queues:\n{departments}- name: team-a\n  parent: dept-a"
+    )
+    text = text.replace("- name: team-b\n  parent: null", "- name: team-b\n  parent: dept-b")
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    cells = gpu_cells(simulate(path, "--cycles", "1"))
+    assert cells["dept-a"] == ("5 / 5 / 16", "0.600 / 0.000 / 0.000")
+    assert cells["dept-b"] == ("11 / 11 / 16", "0.100 / 0.000 / 0.000")

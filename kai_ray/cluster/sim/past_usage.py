@@ -40,6 +40,23 @@ class PastUsage:
     queues: dict[str, dict[str, float]]
     k_value: float | None = None
 
+    def with_parents(self, parents: Mapping[str, str | None]) -> dict[str, dict[str, float]]:
+        """The stated usage, and for each queue stated for none its children's added up.
+
+        A parent's allocation is its children's (spec §6.1), so its usage is their sum; stating
+        only the leaves is then enough for every level of the division. `parents` maps each queue
+        to its parent (None at the top); a stated parent keeps what was stated.
+        """
+        summed = {name: dict(shares) for name, shares in self.queues.items()}
+        for leaf, shares in sorted(self.queues.items()):
+            parent = parents.get(leaf)
+            while parent is not None and parent not in self.queues:
+                totals = summed.setdefault(parent, {})
+                for resource, value in shares.items():
+                    totals[resource] = totals.get(resource, 0.0) + value
+                parent = parents.get(parent)
+        return {name: summed[name] for name in sorted(summed)}
+
 
 class PastUsageError(ValueError):
     """The `usage` block is malformed; the message names the field."""
