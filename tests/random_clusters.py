@@ -15,10 +15,17 @@ from hypothesis import strategies as st
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.plan import Plan
-from kai_ray.model.objects import ClusterState
+from kai_ray.model.objects import ClusterState, TopologyConstraintSpec
 
 ALL_ACTIONS = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
 QUEUES = ("d1/a", "d1/b", "d2/c")
+RACK = "example.com/rack"
+TOPOLOGY_CHOICES = (
+    None,
+    TopologyConstraintSpec("racks", required_level=RACK),
+    TopologyConstraintSpec("racks", preferred_level=RACK),
+)
+"""A job's constraint: none, all pods in one rack, or one rack if possible. Node i is in rack i % 2."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,8 @@ class JobDraw:
     gpus: float
     priority: int
     preemptible: bool
+    topology: int
+    """Index into `TOPOLOGY_CHOICES`."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,7 @@ job_draws = st.builds(
     gpus=st.sampled_from([0.5, 1.0, 2.0]),
     priority=st.sampled_from([50, 75, 100, 125]),
     preemptible=st.booleans(),
+    topology=st.sampled_from([0, 0, 1, 2]),
 )
 queue_draws = st.builds(
     QueueDraw,
@@ -72,13 +82,14 @@ def add_jobs(builder: ClusterBuilder, jobs: list[JobDraw], prefix: str, created:
             priority=draw.priority,
             preemptible=draw.preemptible,
             created=created + index,
+            topology=TOPOLOGY_CHOICES[draw.topology],
         )
 
 
 def build(nodes: list[int], queues: list[QueueDraw], jobs: list[JobDraw]) -> ClusterState:
-    builder = cluster(now=10_000.0)
+    builder = cluster(now=10_000.0).topology("racks", RACK)
     for index, gpus in enumerate(nodes):
-        builder.node(f"n{index}", gpus=gpus)
+        builder.node(f"n{index}", gpus=gpus, labels={RACK: f"r{index % 2}"})
     builder.queue("d1", gpu_quota=NO_LIMIT).queue("d2", gpu_quota=NO_LIMIT, created=1)
     for index, (path, draw) in enumerate(zip(QUEUES, queues, strict=True)):
         parent, name = path.split("/")

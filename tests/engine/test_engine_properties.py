@@ -12,6 +12,7 @@ import pytest
 from builders import NO_LIMIT
 from hypothesis import HealthCheck, given, settings
 from random_clusters import (
+    RACK,
     JobDraw,
     QueueDraw,
     full_cycle,
@@ -54,6 +55,16 @@ def test_a_full_cycle_keeps_kai_invariants(
         for pod_set in jobs[key].pod_sets.values():
             active = pod_set.count(ACTIVE_ALLOCATED)
             assert active >= pod_set.min_available, f"{key} bound below its gang minimum"
+
+    for job in session.jobs:
+        constraint = job.root.topology
+        if constraint is not None and constraint.required_level == RACK:
+            racks = {
+                session.nodes.table.specs[t.node].labels[RACK]
+                for t in job.tasks
+                if t.node is not None and t.status in ACTIVE_ALLOCATED
+            }
+            assert len(racks) <= 1, f"{job.key} must keep to one rack, holds pods in {sorted(racks)}"
 
     again = full_cycle(state)
     assert plan_facts(again.plan) == plan_facts(plan), "the same snapshot gave a different plan"
