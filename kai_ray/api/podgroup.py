@@ -29,7 +29,7 @@ Preemptibility = Literal["preemptible", "non-preemptible"]
 
 
 class TopologyConstraint(CrdModel):
-    """Ignored by the scheduler unless `topology` names a Topology object."""
+    """Ignored by the scheduler when `topology` is empty; naming a missing Topology keeps the job pending."""
 
     topology: str = ""
     required_topology_level: str = ""
