@@ -214,3 +214,33 @@ def test_a_gang_the_whole_topology_cannot_hold_even_with_a_preferred_level_only_
     assert plan.pending_reasons["gang"].message == (
         "no domain of topology topo can hold the job's 4 pods (closest: its nodes together have 3 of 4 GPUs)"
     )
+
+
+def test_when_the_gang_does_not_fit_the_first_candidate_rack_it_is_rolled_back_and_placed_on_the_next() -> (
+    None
+):
+    state = (
+        cluster()
+        .topology("topo", ZONE, RACK)
+        .queue("q")
+        .node("a1", gpus=2, labels={ZONE: "z", RACK: "ra"})
+        .node("a2", gpus=1, labels={ZONE: "z", RACK: "ra", "pool": "x"})
+        .node("b1", gpus=4, labels={ZONE: "z", RACK: "rb", "pool": "x"})
+        .job(
+            "gang", queue="q", gpus=1, pods=2, node_selector={"pool": "x"}, topology=constraint(required=RACK)
+        )
+        .build()
+    )
+    assert binds(run_cycle(state)) == {"gang-0": "b1", "gang-1": "b1"}
+
+
+def test_a_subgroup_naming_a_level_its_topology_lacks_keeps_the_job_pending() -> None:
+    tree = subgroup_set("", pod_set("workers", 2, constraint(required="row")))
+    builder = racks(("a1", "z", "ra", 4)).job("gang", queue="q", gpus=1, pods=0, subgroups=tree)
+    builder.task("w-0", subgroup="workers").task("w-1", subgroup="workers")
+    plan = run_cycle(builder.build())
+
+    assert binds(plan) == {}
+    assert plan.pending_reasons["gang"].message == (
+        "subgroup workers: topology constraint required level row is not a level of topology topo"
+    )
