@@ -40,7 +40,8 @@ def spread_scores(free: np.ndarray, total: np.ndarray) -> np.ndarray:
 
 def fits(request: np.ndarray, available: np.ndarray) -> np.ndarray:
     """Rows whose available vector covers the request in every resource."""
-    mask: np.ndarray = np.all(request <= available + EPSILON, axis=1)
+    # `logical_and.reduce` is `np.all` without its Python wrapper: this runs per placed pod.
+    mask: np.ndarray = np.logical_and.reduce(request <= available + EPSILON, axis=1)
     return mask
 
 

@@ -35,13 +35,13 @@ def allocate_job(
     tasks = tasks_to_allocate(session, job, extra_pending)
     if not tasks:
         return False
-    for plugin in session.plugins:
+    for plugin in session.plugins_with("job_capacity_problem"):
         problem = plugin.job_capacity_problem(job, tasks)
         if problem:
             session.note_reason(job, problem)
             return False
     checkpoint = statement.checkpoint()
-    if any(plugin.splits_nodes(job) for plugin in session.plugins):
+    if any(plugin.splits_nodes(job) for plugin in session.plugins_with("splits_nodes")):
         mask = np.ones(len(session.nodes.table), dtype=bool) if node_mask is None else node_mask
         walk = _GroupWalk(session, statement, job, tasks, pipeline_only)
         failure = walk.group(job.root, tasks, mask, None)

@@ -4,6 +4,13 @@ Each leaf queue keeps a heap of its jobs (job order). Popping walks from
 the top-level queues down, choosing at each level the child whose best job
 goes first by queue order, re-evaluated on every pop because each
 allocation changes the queues' accounting.
+
+A parent queue's choice is remembered until its subtree changes: a queue's
+order key reads only its own accounting (`QueueBook.versions` counts every
+charge to it, and a charge to a leaf bumps every ancestor too), its best job's
+request (fixed until that job is pushed again) and tie-breaks fixed for the
+session; so a choice made under the same version of the parent and the same
+pushes and pops below it is the choice a fresh walk makes.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from kai_ray.engine.plugins.base import OrderKey
 from kai_ray.engine.session import Session
 
 HeapEntry = tuple[OrderKey, int, Job]
+Best = tuple[str, Job, np.ndarray]
+"""The leaf queue, its best job and that job's request."""
 
 
 class JobQueue:
@@ -30,6 +39,10 @@ class JobQueue:
         self._next_request: dict[Job, np.ndarray] = {}
         self._heaps: dict[str, list[HeapEntry]] = {}
         self._sequence = itertools.count()
+        self._stamps: dict[str, int] = {}
+        """Queue → pushes and pops so far in its subtree."""
+        self._choices: dict[str, tuple[tuple[int, int], Best | None]] = {}
+        """Parent queue → (its version and stamp then, the best below it then)."""
         for job in jobs:
             self.push(job)
 
@@ -37,6 +50,7 @@ class JobQueue:
         self._next_request.pop(job, None)
         entry = (self.session.job_order_key(job), next(self._sequence), job)
         heapq.heappush(self._heaps.setdefault(job.queue, []), entry)
+        self._stamp(job.queue)
 
     def pop(self) -> Job | None:
         best = self._best_among(self.session.queues.top_level())
@@ -44,20 +58,34 @@ class JobQueue:
             return None
         leaf = best[0]
         _, _, job = heapq.heappop(self._heaps[leaf])
+        self._stamp(leaf)
         return job
+
+    def _stamp(self, leaf: str) -> None:
+        book = self.session.queues
+        for row in book.chains[leaf]:
+            name = book.names[row]
+            self._stamps[name] = self._stamps.get(name, 0) + 1
 
     def __bool__(self) -> bool:
         return any(self._heaps.values())
 
-    def _best_in(self, queue: str) -> tuple[str, Job, np.ndarray] | None:
-        children = self.session.queues.children.get(queue, [])
+    def _best_in(self, queue: str) -> Best | None:
+        book = self.session.queues
+        children = book.children.get(queue, [])
         if not children:
             heap = self._heaps.get(queue)
             if not heap:
                 return None
             job = heap[0][2]
             return queue, job, self._request_of(job)
-        return self._best_among(children)
+        stamp = (book.versions[book.index[queue]], self._stamps.get(queue, 0))
+        known = self._choices.get(queue)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        best = self._best_among(children)
+        self._choices[queue] = (stamp, best)
+        return best
 
     def _request_of(self, job: Job) -> np.ndarray:
         """What the job's next attempt would take; only changes when the job itself is placed."""
@@ -68,8 +96,8 @@ class JobQueue:
             self._next_request[job] = vector
         return vector
 
-    def _best_among(self, queues: list[str]) -> tuple[str, Job, np.ndarray] | None:
-        best: tuple[str, Job, np.ndarray] | None = None
+    def _best_among(self, queues: list[str]) -> Best | None:
+        best: Best | None = None
         best_queue = ""
         best_key: OrderKey = ()
         for queue in queues:

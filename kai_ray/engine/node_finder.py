@@ -13,7 +13,7 @@ gives, whichever executor prepared it.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -119,6 +119,10 @@ class NodeFinder:
         self.session = session
         self.ranking = node_ranking(session)
         self._frontiers: dict[ShapeKey, _Frontier] = {}
+        self._keys: dict[int, ShapeKey] = {}
+        """Task uid → its shape key, filled by `prepare` for the batch's pending tasks: a task's
+        request and spec do not change within a session, and building the key again for each
+        query (sorting its node selector) cost a twentieth of a small cluster's cycle."""
 
     def prepare(self, tasks: list[Task]) -> None:
         """Let the executor rank rows for every pod shape of a batch, in one round."""
@@ -128,10 +132,9 @@ class NodeFinder:
         for task in tasks:
             if task.is_shared_gpu:
                 continue
-            shape = shape_of(task)
-            key = shape_key(shape)
+            key = self._key_of(task)
             previous = counts.get(key)
-            counts[key] = (shape, 1 if previous is None else previous[1] + 1)
+            counts[key] = (shape_of(task), 1) if previous is None else (previous[0], previous[1] + 1)
         if not counts:
             return
         keys = sorted(counts, key=repr)
@@ -145,13 +148,19 @@ class NodeFinder:
         for key, answer in zip(keys, answers, strict=True):
             self._frontiers[key] = _frontier_from(answer, cursor)
 
+    def _key_of(self, task: Task) -> ShapeKey:
+        key = self._keys.get(task.uid)
+        if key is None:
+            key = self._keys[task.uid] = shape_key(shape_of(task))
+        return key
+
     def best(self, task: Task) -> int | None:
         """The best feasible row for the task, or None when no row fits."""
         return next(self.ordered(task), None)
 
-    def ordered(self, task: Task) -> Iterator[int]:
+    def ordered(self, task: Task) -> Generator[int, None, None]:
         """Feasible rows best first, produced lazily; the heap is left as it was found."""
-        key = shape_key(shape_of(task))
+        key = self._key_of(task)
         frontier = self._frontiers.get(key)
         if frontier is None:
             frontier = self._exact(task, key)
@@ -192,7 +201,7 @@ class NodeFinder:
         changed = self.session.nodes.changed_rows
         if frontier.cursor == len(changed):
             return
-        rows = np.unique(np.array(changed[frontier.cursor :], dtype=np.int64))
+        rows = _distinct_sorted(changed[frontier.cursor :])
         frontier.cursor = len(changed)
         feasible, scores = score_rows(self.session, task, rows)
         for row, ok, value in zip(rows.tolist(), feasible.tolist(), scores.tolist(), strict=True):
@@ -201,6 +210,18 @@ class NodeFinder:
                 heapq.heappush(frontier.heap, (-value, row))
             else:
                 frontier.current.pop(row, None)
+
+
+SMALL_CHANGE = 32
+"""Below this many changed rows a Python set sorts them faster than `np.unique`."""
+
+
+def _distinct_sorted(rows: list[int]) -> np.ndarray:
+    """The rows sorted and without repeats, as `np.unique` gives them; between two queries of
+    one pod shape usually a placement or two changed a row, where numpy's fixed cost dominates."""
+    if len(rows) < SMALL_CHANGE:
+        return np.array(sorted(set(rows)), dtype=np.int64)
+    return np.unique(np.array(rows, dtype=np.int64))
 
 
 def _frontier_from(answer: RankedRows, cursor: int) -> _Frontier:
@@ -215,12 +236,12 @@ def _frontier_from(answer: RankedRows, cursor: int) -> _Frontier:
 def score_rows(session: Session, task: Task, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(feasible, summed score) of the rows for the task, from the enabled plugins."""
     feasible = session.fits_with_releasing(task, rows)
-    for plugin in session.plugins:
+    for plugin in session.plugins_with("node_filter"):
         node_filter = plugin.node_filter(task)
         if node_filter is not None:
             feasible = feasible & node_filter.mask[rows]
     total = np.zeros(len(rows))
-    for plugin in session.plugins:
+    for plugin in session.plugins_with("node_scores"):
         scores = plugin.node_scores(task, rows)
         if scores is not None:
             total += scores

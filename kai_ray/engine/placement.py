@@ -37,7 +37,7 @@ def place_task(
     bonus: np.ndarray | None = None,
 ) -> str | None:
     """`bonus`: extra score per node row (a topology plugin's ordering inside the chosen domain)."""
-    for plugin in session.plugins:
+    for plugin in session.plugins_with("pre_predicate"):
         reason = plugin.pre_predicate(task)
         if reason:
             return reason
@@ -56,7 +56,7 @@ def place_task(
         if reason:
             return reason
     row = first
-    starts_now = bool(np.all(task.request <= session.nodes.idle[row] + EPSILON))
+    starts_now = bool((task.request <= session.nodes.idle[row] + EPSILON).all())
     if starts_now and not pipeline_only:
         statement.allocate(task, row)
     else:
@@ -71,10 +71,16 @@ def _ranked_rows(
     (scoring only the subset's rows: a row's score reads that row alone).
 
     Callers close the generator when done, which hands popped entries back to the node finder.
+    The node finder's own generator is handed over as it is, not wrapped: this is asked per pod.
     """
     if node_mask is None and bonus is None:
-        yield from session.node_finder.ordered(task)
-        return
+        return session.node_finder.ordered(task)
+    return _scanned_rows(session, task, node_mask, bonus)
+
+
+def _scanned_rows(
+    session: Session, task: Task, node_mask: np.ndarray | None, bonus: np.ndarray | None
+) -> Generator[int, None, None]:
     rows = session.all_rows() if node_mask is None else np.flatnonzero(node_mask)
     feasible, scores = score_rows(session, task, rows)
     count = len(session.nodes.table)
@@ -86,7 +92,7 @@ def _ranked_rows(
 
 
 def _node_capacity_problem(session: Session, task: Task, accepted_gpus: float) -> str | None:
-    for plugin in session.plugins:
+    for plugin in session.plugins_with("node_capacity_problem"):
         reason = plugin.node_capacity_problem(task, accepted_gpus)
         if reason:
             return reason

@@ -45,12 +45,14 @@ class QueueBook:
         return [q.name for q in self.specs if q.parent is None]
 
     def charge(self, queue: str, vector: np.ndarray, non_preemptible: bool, sign: float = 1.0) -> None:
-        rows = self.chains[queue]
-        for row in rows:
+        # Row by row: the same sums as one fancy-indexed add (each row of a chain appears once),
+        # without building an index array for the two or three rows of a chain on every move.
+        delta = sign * vector
+        for row in self.chains[queue]:
             self.versions[row] += 1
-        self.allocated[rows] += sign * vector
-        if non_preemptible:
-            self.allocated_non_preemptible[rows] += sign * vector
+            self.allocated[row] += delta
+            if non_preemptible:
+                self.allocated_non_preemptible[row] += delta
 
     def add_request(self, queue: str, vector: np.ndarray) -> None:
         self.request[self.chains[queue]] += vector

@@ -23,12 +23,15 @@ class PredicatesPlugin(Plugin):
     def on_session_open(self) -> None:
         self._static: dict[SignatureKey, NodeFilter] = {}
         self._max_allocatable = self.session.nodes.table.allocatable.max(axis=0, initial=0.0)
+        self._too_big: dict[int, bool] = {}
+        """Task uid → the verdict below: it reads only the task's request and the node table's
+        allocatable, neither of which changes in a session, and is asked before every placement."""
 
     def pre_predicate(self, task: Task) -> str | None:
-        over = task.request > self._max_allocatable + 1e-9
-        if over.any():
-            return "the pod requests more than the largest node in the pool offers"
-        return None
+        too_big = self._too_big.get(task.uid)
+        if too_big is None:
+            too_big = self._too_big[task.uid] = bool((task.request > self._max_allocatable + 1e-9).any())
+        return "the pod requests more than the largest node in the pool offers" if too_big else None
 
     def node_filter(self, task: Task) -> NodeFilter:
         key = _signature(task.spec)

@@ -22,7 +22,27 @@ class ProportionPlugin(Plugin):
 
     def on_session_open(self) -> None:
         k_value = float(self.arguments.get("kValue", self.session.config.k_value))
-        self.session.queues.compute_fair_shares(self.session.fairness_totals(), max(k_value, 0.0))
+        book = self.session.queues
+        book.compute_fair_shares(self.session.fairness_totals(), max(k_value, 0.0))
+        self._limited = {
+            queue: bool((book.limit[chain] != UNLIMITED).any()) for queue, chain in book.chains.items()
+        }
+        """Queue → whether a queue of its chain has a limit: limits are fixed for the session, and
+        a preemptible job under no limit has nothing to check, which is most jobs of most
+        clusters (the check ran twice per placed pod)."""
+        self._shares = [book.allocatable_share(row).tolist() for row in range(len(book.names))]
+        self._fair = book.fair_share.tolist()
+        self._deserved = book.deserved.tolist()
+        totals = self.session.fairness_totals().tolist()
+        self._bounds = [
+            [
+                total if entitled == UNLIMITED else entitled
+                for entitled, total in zip(row, totals, strict=True)
+            ]
+            for row in self._shares
+        ]
+        """What queue order reads besides allocations, as plain floats: settled once fair shares
+        are, so the order of every pop does not convert them again."""
 
     def queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey:
         """§5.2 rules 1-6 as a sort key: smaller goes first.
@@ -33,20 +53,30 @@ class ProportionPlugin(Plugin):
         book = self.session.queues
         row = book.index[queue]
         allocated = book.allocated[row].tolist()
-        with_job = [a + j for a, j in zip(allocated, job.tolist(), strict=True)]
-        share = book.allocatable_share(row).tolist()
-        fair = book.fair_share[row].tolist()
-        deserved = book.deserved[row].tolist()
-        over_utilized = all(f < a for f, a in zip(fair, allocated, strict=True))
-        starved = all(d == UNLIMITED or w <= d + EPSILON for w, d in zip(with_job, deserved, strict=True))
-        zero_share_used = any(s == 0 and w > 0 for s, w in zip(share, with_job, strict=True))
+        with_job_terms, allocated_terms = [], []
+        over_utilized, starved, zero_share_used = True, True, False
+        for used, wanted, entitled, bound, fair, deserved in zip(
+            allocated,
+            job.tolist(),
+            self._shares[row],
+            self._bounds[row],
+            self._fair[row],
+            self._deserved[row],
+            strict=True,
+        ):
+            after = used + wanted
+            over_utilized = over_utilized and fair < used
+            starved = starved and (deserved == UNLIMITED or after <= deserved + EPSILON)
+            zero_share_used = zero_share_used or (entitled == 0 and after > 0)
+            with_job_terms.append(_share_term(after, bound))
+            allocated_terms.append(_share_term(used, bound))
         return (
             over_utilized,
             not starved,
             -book.specs[row].priority,
             zero_share_used,
-            self._dominant_share(with_job, share),
-            self._dominant_share(allocated, share),
+            max(with_job_terms, default=0.0),
+            max(allocated_terms, default=0.0),
         )
 
     def queue_tiebreak(self, left: str, right: str) -> int:
@@ -62,15 +92,9 @@ class ProportionPlugin(Plugin):
             return 1
         return 0
 
-    def _dominant_share(self, allocated: list[float], share: list[float]) -> float:
-        totals = self.session.fairness_totals().tolist()
-        terms = []
-        for used, entitled, total in zip(allocated, share, totals, strict=True):
-            bound = total if entitled == UNLIMITED else entitled
-            terms.append(used * ZERO_SHARE_PENALTY if bound == 0 else used / bound)
-        return max(terms, default=0.0)
-
     def job_capacity_problem(self, job: Job, tasks: list[Task]) -> PendingReason | None:
+        if self._unchecked(job):
+            return None
         vector = self.session.fairness_request(tasks, self.session.max_gpu_memory)
         return self._capacity_problem(job, vector)
 
@@ -79,9 +103,15 @@ class ProportionPlugin(Plugin):
         return self._quota_problem(job, vector)
 
     def node_capacity_problem(self, task: Task, accepted_gpus: float) -> str | None:
+        if self._unchecked(task.job):
+            return None
         vector = np.array([task.spec.cpu_millis, task.spec.memory, accepted_gpus])
         problem = self._capacity_problem(task.job, vector)
         return None if problem is None else problem.message
+
+    def _unchecked(self, job: Job) -> bool:
+        """No limit and no quota rule can refuse this job: `_capacity_problem` would say None."""
+        return job.spec.preemptible and not self._limited[job.queue]
 
     def _capacity_problem(self, job: Job, vector: np.ndarray) -> PendingReason | None:
         book = self.session.queues
@@ -107,6 +137,12 @@ class ProportionPlugin(Plugin):
                 )
                 return PendingReason(PendingCause.NON_PREEMPTIBLE_OVER_QUOTA, message)
         return None
+
+
+def _share_term(used: float, bound: float) -> float:
+    """One resource's term of a dominant share: `used` of what the queue may take (`bound`, the
+    cluster's total where its share is unlimited), heavily penalised where it may take none."""
+    return used * ZERO_SHARE_PENALTY if bound == 0 else used / bound
 
 
 def _describe(

@@ -30,10 +30,11 @@ class GpuSharingOrderPlugin(Plugin):
 
     name = "gpusharingorder"
 
-    def node_scores(self, task: Task, rows: np.ndarray) -> np.ndarray:
-        scores = np.zeros(len(rows))
+    def node_scores(self, task: Task, rows: np.ndarray) -> np.ndarray | None:
+        """None (no opinion, the same sum as zeros) for a whole-GPU task: no shared GPU helps it."""
         if task.needs_gpu and not task.is_shared_gpu:
-            return scores
+            return None
+        scores = np.zeros(len(rows))
         nodes = self.session.nodes
         for position, row in enumerate(rows.tolist()):
             if not nodes.groups[row]:
@@ -51,9 +52,10 @@ class ResourceTypePlugin(Plugin):
 
     name = "resourcetype"
 
-    def node_scores(self, task: Task, rows: np.ndarray) -> np.ndarray:
+    def node_scores(self, task: Task, rows: np.ndarray) -> np.ndarray | None:
+        """None (no opinion, the same sum as zeros) for a GPU task."""
         if task.needs_gpu:
-            return np.zeros(len(rows))
+            return None
         cpu_only = self.session.nodes.table.allocatable[rows, GPU] == 0
         return np.where(cpu_only, CPU_ON_CPU_NODE_SCORE, 0.0)
 
