@@ -177,6 +177,10 @@ class _Sent:
     nodes: NodeRows | None = None
 
 
+LOCAL_RAY = "local"
+"""`ray.init`'s address for a new instance of this process's own."""
+
+
 class RayExecutor:
     """Ranks node rows in K Ray shard actors; see the module docstring."""
 
@@ -184,7 +188,14 @@ class RayExecutor:
         if shards < 1:
             raise ValueError(f"shards must be at least 1, got {shards}")
         if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+            # Without an address Ray would join whatever cluster /tmp/ray last recorded, a dead one
+            # included; a local instance is what no `--ray-address` means.
+            ray.init(
+                address=address or LOCAL_RAY,
+                include_dashboard=False,
+                log_to_driver=False,
+                ignore_reinit_error=True,
+            )
         self.shards = shards
         self.coordinator: Any = RemoteCoordinator.remote(shards)
         self._started = False

@@ -7,9 +7,14 @@ from collections.abc import Iterator
 import pytest
 import ray
 
+from kai_ray.distributed.ray_executor import LOCAL_RAY
+
 
 @pytest.fixture(scope="session")
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    # "local": never the cluster a stale /tmp/ray/ray_current_cluster names.
+    ray.init(
+        address=LOCAL_RAY, num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True
+    )
     yield
     ray.shutdown()
