@@ -147,24 +147,20 @@ class BookedSums:
     bounds: SumBounds
 
     def __add__(self, other: BookedSums) -> BookedSums:
-        return BookedSums(
-            self.used + other.used,
-            self.releasing + other.releasing,
-            self.allocated + other.allocated,
-            self.protected + other.protected,
-            self.requested + other.requested,
-            self.charge_counts + other.charge_counts,
-            self.bounds + other.bounds,
-        )
+        return self._combined(other, np.add)
 
     def __sub__(self, other: BookedSums) -> BookedSums:
+        return self._combined(other, np.subtract)
+
+    def _combined(self, other: BookedSums, operation: np.ufunc) -> BookedSums:
+        """Row by row; the bounds grow either way (a value taken away was added once)."""
         return BookedSums(
-            self.used - other.used,
-            self.releasing - other.releasing,
-            self.allocated - other.allocated,
-            self.protected - other.protected,
-            self.requested - other.requested,
-            self.charge_counts - other.charge_counts,
+            operation(self.used, other.used),
+            operation(self.releasing, other.releasing),
+            operation(self.allocated, other.allocated),
+            operation(self.protected, other.protected),
+            operation(self.requested, other.requested),
+            operation(self.charge_counts, other.charge_counts),
             self.bounds + other.bounds,
         )
 
