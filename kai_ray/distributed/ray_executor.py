@@ -1,20 +1,24 @@
-"""Node ranking sharded over Ray actors.
+"""Node ranking sharded over Ray actors, checked shard by shard.
 
-The node table is split into K contiguous partitions. Each lives in a
-long-lived `NodeShard` actor that keeps its rows between cycles and is sent
-only the rows that changed since it last heard. For a batch, the engine
-makes one call to the `Coordinator` actor, which makes one call per shard
-(every pod shape of the batch at once), merges the shards' ranked rows and
-hands back, per shape, the merged list and the best bound any shard left
-out. The engine then chooses nodes with the same rule as always and checks
-each choice against that bound, so every shard count gives the same plan.
+The node table is split into K partitions. Each lives in a long-lived
+`NodeShard` actor that keeps its rows between cycles and is sent only the
+rows that changed since it last heard. For a batch, the engine makes one call
+to the `Coordinator` actor, which makes one call per shard (every pod shape
+of the batch at once), checks each reply (`shard_faults`), merges the sound
+ones and says which shards it could not use and why. The driver ranks those
+partitions itself and merges them in, so a batch's answer is the one every
+shard answering soundly would give, and the engine then chooses nodes with
+the same rule as always, checking each choice against the merged bound.
 
-A shard that dies is recreated and re-seeded; the cycle in which it failed
-ranks in-process instead, and says so in the log.
+Faults are typed (`ShardFault`), counted, logged once per batch, and
+repaired before the next one: a dead or stuck shard is ended and replaced,
+one whose rows cannot be trusted is seeded afresh. A coordinator that does
+not answer in time is replaced too, and that batch is ranked in-process.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import time
@@ -26,22 +30,33 @@ import ray
 
 from kai_ray.distributed import kernels
 from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskShape
+from kai_ray.distributed.shard_faults import (
+    REPLACING_FAULTS,
+    ShardFault,
+    ShardReply,
+    check_reply,
+    rows_digest,
+)
 
 log = logging.getLogger(__name__)
 
-RAY_CALL_TIMEOUT_SECONDS = 8.0
-"""A call to the shards during a cycle never outlasts this (a scheduler's lease is 15 s); on a
-timeout the cycle ranks in-process, with the same result, and the shards are re-seeded."""
+SHARD_CALL_TIMEOUT_SECONDS = 6.0
+"""A shard that has answered before gets this long per batch (a scheduler's lease is 15 s)."""
+COORDINATOR_MARGIN_SECONDS = 2.0
+"""The driver waits this much longer than the coordinator waits for its shards, so a stuck shard
+is reported by the coordinator as one fault instead of costing the whole batch."""
 RAY_START_TIMEOUT_SECONDS = 120.0
-"""The first call also waits for the actors to start, which a cold machine takes a while for."""
+"""A shard's first call also waits for its process to start, which a cold machine takes a while for."""
 
 
 @dataclass
 class ShardDelta:
-    """What a shard must change: its whole partition (`seed`) or just some of its rows."""
+    """What a shard must change (its whole partition when `seed`, else some rows), and the digest
+    of the partition as it must be afterwards."""
 
     seed: bool
     nodes: NodeRows
+    digest: int
 
 
 def _take(nodes: NodeRows, positions: np.ndarray) -> NodeRows:
@@ -84,8 +99,7 @@ class NodeShard:
 
     def rank(
         self, delta: ShardDelta, ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
-    ) -> tuple[list[RankedRows], float]:
-        """The shape answers and the seconds this shard spent computing them."""
+    ) -> ShardReply:
         started = time.perf_counter()
         self.apply(delta)
         assert self.nodes is not None
@@ -93,14 +107,14 @@ class NodeShard:
             kernels.rank_rows(ranking, shape, self.nodes, count)
             for shape, count in zip(shapes, copies, strict=True)
         ]
-        return answers, time.perf_counter() - started
+        return ShardReply(answers, rows_digest(self.nodes), time.perf_counter() - started)
 
     def ping(self) -> bool:
         return True
 
 
 def merge(answers: list[RankedRows]) -> RankedRows:
-    """One shape's shard answers as one list, best first, bounded by the best row any shard held back."""
+    """One shape's answers as one list, best first, bounded by the best row any of them held back."""
     rows = np.concatenate([a.rows for a in answers]) if answers else np.array([], dtype=np.int64)
     scores = np.concatenate([a.scores for a in answers]) if answers else np.array([])
     order = np.lexsort((rows, -scores))
@@ -108,37 +122,102 @@ def merge(answers: list[RankedRows]) -> RankedRows:
     return RankedRows(rows[order], scores[order], min(bounds) if bounds else None)
 
 
-class Coordinator:
-    """Owns the shard actors: one call per shard per batch, then the merge."""
+@dataclass
+class BatchTiming:
+    """Where one batch's time went: each answering shard's compute, the merge, the partitions
+    the driver ranked itself, and (engine side) the total. The rest of the total is moving
+    deltas and answers between processes."""
 
-    def __init__(self, shards: int) -> None:
-        self.shards: list[Any] = [RemoteShard.remote() for _ in range(shards)]
+    shard_seconds: list[float] = field(default_factory=list)
+    merge_seconds: float = 0.0
+    local_seconds: float = 0.0
+    total_seconds: float = 0.0
+
+    @property
+    def transfer_seconds(self) -> float:
+        return max(
+            0.0,
+            self.total_seconds
+            - max(self.shard_seconds, default=0.0)
+            - self.merge_seconds
+            - self.local_seconds,
+        )
+
+
+@dataclass
+class BatchReply:
+    """The coordinator's answer: the sound shards' answers merged, which shards those were,
+    and why each other shard was left out."""
+
+    merged: list[RankedRows]
+    answered: list[int]
+    faults: dict[int, ShardFault]
+    timing: BatchTiming
+
+
+class Coordinator:
+    """Owns the shard actors: one call per shard per batch, each reply checked, then the merge."""
+
+    def __init__(
+        self,
+        shards: int,
+        shard_class: type[NodeShard] = NodeShard,
+        timeout: float = SHARD_CALL_TIMEOUT_SECONDS,
+    ) -> None:
+        self.remote_shard: Any = ray.remote(shard_class)
+        self.shards: list[Any] = [self.remote_shard.remote() for _ in range(shards)]
+        self.started = [False] * shards
+        self.partitions = [np.array([], dtype=np.int64) for _ in range(shards)]
+        self.timeout = timeout
 
     def rank(
         self, deltas: list[ShardDelta], ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
-    ) -> tuple[list[RankedRows], BatchTiming]:
+    ) -> BatchReply:
+        for index, delta in enumerate(deltas):
+            if delta.seed:
+                self.partitions[index] = delta.nodes.rows.copy()
         calls = [
             shard.rank.remote(delta, ranking, shapes, copies)
             for shard, delta in zip(self.shards, deltas, strict=True)
         ]
-        replies: list[tuple[list[RankedRows], float]] = ray.get(calls)
+        timeout = self.timeout if all(self.started) else RAY_START_TIMEOUT_SECONDS
+        ready, _ = ray.wait(calls, num_returns=len(calls), timeout=timeout)
+        arrived = set(ready)
+        sound: list[tuple[int, ShardReply]] = []
+        faults: dict[int, ShardFault] = {}
+        for index, call in enumerate(calls):
+            reply, fault = self._collect(call, call in arrived)
+            if reply is not None:
+                fault = check_reply(reply, deltas[index].digest, self.partitions[index], len(shapes))
+            if fault is None and reply is not None:
+                self.started[index] = True
+                sound.append((index, reply))
+            else:
+                faults[index] = fault or ShardFault.EMPTY
         started = time.perf_counter()
-        merged = [merge([answers[i] for answers, _ in replies]) for i in range(len(shapes))]
+        merged = [merge([reply.answers[i] for _, reply in sound]) for i in range(len(shapes))]
         timing = BatchTiming(
-            shard_seconds=[seconds for _, seconds in replies], merge_seconds=time.perf_counter() - started
+            shard_seconds=[reply.seconds for _, reply in sound], merge_seconds=time.perf_counter() - started
         )
-        return merged, timing
+        return BatchReply(merged, [index for index, _ in sound], faults, timing)
 
-    def replace_dead_shards(self) -> list[int]:
-        """Recreate shards that no longer answer; their indexes need a fresh seed."""
-        replaced = []
-        for index, shard in enumerate(self.shards):
-            try:
-                ray.get(shard.ping.remote(), timeout=RAY_CALL_TIMEOUT_SECONDS)
-            except ray.exceptions.RayError:
-                self.shards[index] = RemoteShard.remote()
-                replaced.append(index)
-        return replaced
+    @staticmethod
+    def _collect(call: Any, arrived: bool) -> tuple[ShardReply | None, ShardFault | None]:
+        if not arrived:
+            return None, ShardFault.TIMEOUT
+        try:
+            reply = ray.get(call)
+        except ray.exceptions.RayError:
+            return None, ShardFault.DIED
+        return (reply, None) if isinstance(reply, ShardReply) else (None, ShardFault.EMPTY)
+
+    def replace(self, indexes: list[int]) -> None:
+        """End the given shards (a stuck one must not keep a CPU) and start fresh ones in their place."""
+        for index in indexes:
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.kill(self.shards[index])
+            self.shards[index] = self.remote_shard.remote()
+            self.started[index] = False
 
     def kill_shard(self, index: int) -> None:
         """For fault tests: end one shard as a crash would."""
@@ -149,32 +228,7 @@ class Coordinator:
             ray.kill(shard)
 
 
-RemoteShard = ray.remote(NodeShard)
 RemoteCoordinator = ray.remote(Coordinator)
-
-
-@dataclass
-class BatchTiming:
-    """Where one batch's time went: each shard's compute, the merge, and (engine side) the total.
-
-    The rest of the total is moving deltas and answers between processes.
-    """
-
-    shard_seconds: list[float] = field(default_factory=list)
-    merge_seconds: float = 0.0
-    total_seconds: float = 0.0
-
-    @property
-    def transfer_seconds(self) -> float:
-        return max(0.0, self.total_seconds - max(self.shard_seconds, default=0.0) - self.merge_seconds)
-
-
-@dataclass
-class _Sent:
-    """What a shard was last sent, to compute the next delta."""
-
-    names: list[str] = field(default_factory=list)
-    nodes: NodeRows | None = None
 
 
 LOCAL_RAY = "local"
@@ -182,9 +236,22 @@ LOCAL_RAY = "local"
 
 
 class RayExecutor:
-    """Ranks node rows in K Ray shard actors; see the module docstring."""
+    """Ranks node rows in K Ray shard actors; see the module docstring.
 
-    def __init__(self, shards: int, address: str | None = None) -> None:
+    `shard_class` and `coordinator_class` are the seams fault tests use to put a
+    misbehaving shard or coordinator in the path; `shard_timeout` bounds each
+    shard's call once it has started.
+    """
+
+    def __init__(
+        self,
+        shards: int,
+        address: str | None = None,
+        *,
+        shard_class: type[NodeShard] = NodeShard,
+        coordinator_class: type[Coordinator] = Coordinator,
+        shard_timeout: float = SHARD_CALL_TIMEOUT_SECONDS,
+    ) -> None:
         if shards < 1:
             raise ValueError(f"shards must be at least 1, got {shards}")
         if not ray.is_initialized():
@@ -197,14 +264,26 @@ class RayExecutor:
                 ignore_reinit_error=True,
             )
         self.shards = shards
-        self.coordinator: Any = RemoteCoordinator.remote(shards)
+        self._shard_class = shard_class
+        self._remote_coordinator: Any = ray.remote(coordinator_class)
+        self._shard_timeout = shard_timeout
+        self.coordinator: Any = self._new_coordinator()
         self._started = False
-        """Whether the actors have answered once: the first call also waits for them to start."""
-        self._sent = [_Sent() for _ in range(shards)]
+        """Whether every shard has answered since the last (re)start: until then the coordinator
+        also waits for shard processes to start."""
+        self._sent: list[NodeRows | None] = [None] * shards
         self.fallbacks = 0
+        """Batches ranked wholly in-process because the coordinator itself failed."""
+        self.faults: collections.Counter[ShardFault] = collections.Counter()
+        self.batches_answered = 0
+        """Batches whose answer came at least in part from shards: tests use it to tell a working
+        shard path from one that quietly declines every batch."""
         self.timings: list[BatchTiming] = []
         self.rows_sent: list[int] = []
         """Rows sent to each shard in the last batch: only what changed since the one before."""
+
+    def _new_coordinator(self) -> Any:
+        return self._remote_coordinator.remote(self.shards, self._shard_class, self._shard_timeout)
 
     def rank(self, candidates: np.ndarray, scores: np.ndarray) -> np.ndarray:
         rows = np.flatnonzero(candidates)
@@ -215,66 +294,100 @@ class RayExecutor:
         self, nodes: NodeRows, ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
     ) -> list[RankedRows] | None:
         parts = np.array_split(np.arange(len(nodes.rows)), self.shards)
-        deltas = [self._delta(index, nodes, positions) for index, positions in enumerate(parts)]
+        current = [_take(nodes, positions) for positions in parts]
+        deltas = [self._delta(index, rows) for index, rows in enumerate(current)]
         self.rows_sent = [len(delta.nodes.rows) for delta in deltas]
         started = time.perf_counter()
+        wait = self._shard_timeout if self._started else RAY_START_TIMEOUT_SECONDS
         try:
-            reply: tuple[list[RankedRows], BatchTiming] = ray.get(
+            reply: BatchReply = ray.get(
                 self.coordinator.rank.remote(deltas, ranking, shapes, copies),
-                timeout=RAY_CALL_TIMEOUT_SECONDS if self._started else RAY_START_TIMEOUT_SECONDS,
+                timeout=wait + COORDINATOR_MARGIN_SECONDS,
             )
         except ray.exceptions.RayError as error:
-            self._recover(error)
+            self._replace_coordinator(error)
             return None
-        self._started = True
-        answers, timing = reply
-        timing.total_seconds = time.perf_counter() - started
-        self.timings.append(timing)
-        for index, positions in enumerate(parts):
-            self._remember(index, nodes, positions)
+        faults = dict(reply.faults)
+        for index in range(self.shards):
+            if index not in reply.answered and index not in faults:
+                faults[index] = ShardFault.MISSING
+        answers = reply.merged
+        if faults:
+            local_started = time.perf_counter()
+            answers = self._rank_in_process(
+                answers, [current[i] for i in sorted(faults)], ranking, shapes, copies
+            )
+            reply.timing.local_seconds = time.perf_counter() - local_started
+        reply.timing.total_seconds = time.perf_counter() - started
+        self.timings.append(reply.timing)
+        self.batches_answered += bool(reply.answered)
+        for index, rows in enumerate(current):
+            self._sent[index] = None if index in faults else rows
+        self._started = not faults
+        if faults:
+            self._repair(faults)
         return answers
 
-    def _delta(self, index: int, nodes: NodeRows, positions: np.ndarray) -> ShardDelta:
+    @staticmethod
+    def _rank_in_process(
+        merged: list[RankedRows],
+        partitions: list[NodeRows],
+        ranking: NodeRanking,
+        shapes: list[TaskShape],
+        copies: list[int],
+    ) -> list[RankedRows]:
+        """The merged answers with the given partitions ranked here, as their shards would have."""
+        return [
+            merge([answer, *(kernels.rank_rows(ranking, shape, part, count) for part in partitions)])
+            for answer, shape, count in zip(merged, shapes, copies, strict=True)
+        ]
+
+    def _delta(self, index: int, current: NodeRows) -> ShardDelta:
         sent = self._sent[index]
-        names = [nodes.specs[i].name for i in positions.tolist()]
-        if sent.nodes is None or sent.names != names:
-            return ShardDelta(seed=True, nodes=_take(nodes, positions))
+        digest = rows_digest(current)
+        if sent is None or not np.array_equal(sent.rows, current.rows):
+            return ShardDelta(seed=True, nodes=current, digest=digest)
         changed = (
-            np.any(sent.nodes.idle != nodes.idle[positions], axis=1)
-            | np.any(sent.nodes.releasing != nodes.releasing[positions], axis=1)
-            | np.any(sent.nodes.allocatable != nodes.allocatable[positions], axis=1)
-            | (sent.nodes.schedulable != nodes.schedulable[positions])
-            | (sent.nodes.has_open_group != nodes.has_open_group[positions])
-            | np.array(
-                [
-                    a != b
-                    for a, b in zip(
-                        sent.nodes.specs, (nodes.specs[i] for i in positions.tolist()), strict=True
-                    )
-                ],
-                dtype=bool,
-            )
+            np.any(sent.idle != current.idle, axis=1)
+            | np.any(sent.releasing != current.releasing, axis=1)
+            | np.any(sent.allocatable != current.allocatable, axis=1)
+            | (sent.schedulable != current.schedulable)
+            | (sent.has_open_group != current.has_open_group)
+            | np.array([a != b for a, b in zip(sent.specs, current.specs, strict=True)], dtype=bool)
         )
-        return ShardDelta(seed=False, nodes=_take(nodes, positions[changed]))
+        return ShardDelta(seed=False, nodes=_take(current, np.flatnonzero(changed)), digest=digest)
 
-    def _remember(self, index: int, nodes: NodeRows, positions: np.ndarray) -> None:
-        copy = _take(nodes, positions)
-        self._sent[index] = _Sent(names=[spec.name for spec in copy.specs], nodes=copy)
-
-    def _recover(self, error: Exception) -> None:
-        self.fallbacks += 1
-        log.warning("node shards failed (%s); ranking in-process this cycle and re-seeding shards", error)
-        self._sent = [_Sent() for _ in range(self.shards)]
+    def _repair(self, faults: dict[int, ShardFault]) -> None:
+        for fault in faults.values():
+            self.faults[fault] += 1
+        log.warning(
+            "node shards left out of a batch (%s); ranked their rows in-process, %s",
+            ", ".join(f"shard {index}: {fault}" for index, fault in sorted(faults.items())),
+            "replacing the dead or stuck ones and re-seeding the rest",
+        )
+        dead = sorted(index for index, fault in faults.items() if fault in REPLACING_FAULTS)
+        if not dead:
+            return
         try:
-            ray.get(self.coordinator.replace_dead_shards.remote(), timeout=RAY_CALL_TIMEOUT_SECONDS)
-        except ray.exceptions.RayError:
-            self.coordinator = RemoteCoordinator.remote(self.shards)
+            ray.get(self.coordinator.replace.remote(dead), timeout=self._shard_timeout)
+        except ray.exceptions.RayError as error:
+            self._replace_coordinator(error)
+
+    def _replace_coordinator(self, error: Exception) -> None:
+        """The coordinator failed or is stuck: this batch ranks in-process, the next gets new actors."""
+        self.fallbacks += 1
+        log.warning("node shard coordinator failed (%s); ranking in-process and starting a new one", error)
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.kill(self.coordinator)
+        self.coordinator = self._new_coordinator()
+        self._sent = [None] * self.shards
+        self._started = False
 
     def kill_shard(self, index: int) -> None:
-        ray.get(self.coordinator.kill_shard.remote(index), timeout=RAY_CALL_TIMEOUT_SECONDS)
+        ray.get(self.coordinator.kill_shard.remote(index), timeout=self._shard_timeout)
 
     def close(self) -> None:
         """End the coordinator and its shards (their worker processes), e.g. when a test is done."""
         with contextlib.suppress(ray.exceptions.RayError):
-            ray.get(self.coordinator.close.remote(), timeout=RAY_CALL_TIMEOUT_SECONDS)
+            ray.get(self.coordinator.close.remote(), timeout=self._shard_timeout)
         ray.kill(self.coordinator)

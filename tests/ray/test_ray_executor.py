@@ -18,15 +18,15 @@ from random_clusters import (
     scenarios,
     with_arrivals,
 )
+from shard_clusters import facts, many_nodes
 from typer.testing import CliRunner
 
 from kai_ray.cli import app
 from kai_ray.cluster.sim.scenario import load_scenario
 from kai_ray.cluster.sim.simulator import SimulatedCluster
 from kai_ray.distributed.ray_executor import RayExecutor
+from kai_ray.distributed.shard_faults import ShardFault
 from kai_ray.engine.cycle import schedule
-from kai_ray.engine.plan import Plan
-from kai_ray.model.objects import ClusterState, TaskStatus
 from kai_ray.model.snapshot import compile_snapshot
 from kai_ray.report.scenario_json import render_json
 
@@ -50,10 +50,6 @@ def sharded() -> Iterator[Callable[[int], RayExecutor]]:
         executor.close()
 
 
-def facts(plan: Plan) -> tuple[object, ...]:
-    return (plan.binds, plan.pipelined, plan.evictions, plan.pending_reasons)
-
-
 def test_the_public_corpus_prints_the_same_json_with_three_shards(
     sharded: Callable[[int], RayExecutor],
 ) -> None:
@@ -69,21 +65,8 @@ def test_the_public_corpus_prints_the_same_json_with_three_shards(
             differing.append(path.name)
     assert differing == []
     assert executor.fallbacks == 0
-
-
-def many_nodes() -> ClusterState:
-    builder = cluster()
-    for index in range(12):
-        builder.node(f"n{index:02d}", gpus=8 if index % 3 else 4)
-    return (
-        builder.queue("a", gpu_quota=40)
-        .queue("b", gpu_quota=40)
-        .job("running", queue="a", gpus=4, pods=5, status=TaskStatus.RUNNING, node="n01")
-        .job("gang", queue="a", gpus=2, pods=6)
-        .job("singles", queue="b", gpus=1, pods=9, min_member=1)
-        .job("cpu", queue="b", gpus=0, cpu_millis=4000, pods=4, min_member=1)
-        .build()
-    )
+    assert not executor.faults
+    assert executor.batches_answered > 0
 
 
 @pytest.mark.parametrize("shards", [1, 2, 3, 4])
@@ -92,9 +75,12 @@ def test_plans_match_in_process_ranking_for_any_shard_count(
 ) -> None:
     state = many_nodes()
     local = schedule(compile_snapshot(copy.deepcopy(state)), config(actions=ALL_ACTIONS))
-    sharded = schedule(compile_snapshot(copy.deepcopy(state)), config(actions=ALL_ACTIONS), sharded(shards))
+    executor = sharded(shards)
+    sharded = schedule(compile_snapshot(copy.deepcopy(state)), config(actions=ALL_ACTIONS), executor)
     assert facts(sharded) == facts(local)
     assert local.binds
+    assert executor.batches_answered == 1
+    assert not executor.faults
 
 
 def test_shards_receive_only_changed_rows_after_the_first_batch(
@@ -111,7 +97,7 @@ def test_shards_receive_only_changed_rows_after_the_first_batch(
     assert 0 < sum(executor.rows_sent) == len(touched) < 12
 
 
-def test_a_dead_shard_costs_one_cycle_in_process_then_is_reseeded(
+def test_a_dead_shard_is_ranked_in_process_for_one_batch_then_replaced(
     sharded: Callable[[int], RayExecutor],
 ) -> None:
     executor = sharded(2)
@@ -119,10 +105,12 @@ def test_a_dead_shard_costs_one_cycle_in_process_then_is_reseeded(
     assert facts(schedule(compile_snapshot(many_nodes()), config(), executor)) == facts(expected)
     executor.kill_shard(1)
     assert facts(schedule(compile_snapshot(many_nodes()), config(), executor)) == facts(expected)
-    assert executor.fallbacks == 1
+    assert executor.faults == {ShardFault.DIED: 1}
+    assert executor.fallbacks == 0
     assert facts(schedule(compile_snapshot(many_nodes()), config(), executor)) == facts(expected)
-    assert executor.fallbacks == 1
-    assert executor.rows_sent == [6, 6]
+    assert executor.faults == {ShardFault.DIED: 1}
+    assert executor.rows_sent == [0, 6]
+    assert executor.batches_answered == 3
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +136,7 @@ def test_random_clusters_plan_alike_for_one_to_four_shards(
     expected = plan_facts(full_cycle(state).plan)
     for executor in executors.values():
         assert plan_facts(full_cycle(state, executor).plan) == expected
+        assert not executor.faults
 
 
 def test_zero_shards_is_rejected() -> None:
