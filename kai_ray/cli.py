@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.table import Table
 
 from kai_ray import cli_api
 from kai_ray.api.config import SchedulerConfig
@@ -18,7 +17,8 @@ from kai_ray.api.manifests import read_manifest_documents
 from kai_ray.api.scheduler_conf import SchedulerConfigError, load_scheduler_config
 from kai_ray.api.usage_db import parse_duration
 from kai_ray.bench.emit import write_scenario
-from kai_ray.bench.runner import run_shape
+from kai_ray.bench.render import render_results
+from kai_ray.bench.runner import run_compare, run_shape
 from kai_ray.bench.shapes import SHAPES, build_shape
 from kai_ray.cli_api import Output, OutputOption
 from kai_ray.cli_help import KaiRayTyper
@@ -304,6 +304,14 @@ def bench(
     executor: ExecutorOption = ExecutorName.LOCAL,
     shards: ShardsOption = 2,
     ray_address: RayAddressOption = None,
+    compare: Annotated[
+        bool,
+        typer.Option(
+            "--compare",
+            help="Time the local executor, then Ray with 1 and --shards shards, on the same shape; "
+            "prints each median over the local one and a projection fitted on both Ray runs.",
+        ),
+    ] = False,
     kube: Annotated[
         bool,
         typer.Option(
@@ -377,46 +385,23 @@ def bench(
             write_scenario(build_shape(shape), emit_scenario)
             typer.echo(f"wrote {emit_scenario}")
             return
-        chosen = _executor(executor, shards, ray_address)
-        result = run_shape(shape, repeat, chosen, shards if chosen is not None else 1)
+        if compare:
+            from kai_ray.distributed.ray_executor import RayExecutor
+
+            results = run_compare(shape, repeat, lambda count: RayExecutor(count, ray_address), shards)
+        else:
+            chosen = _executor(executor, shards, ray_address)
+            results = [run_shape(shape, repeat, chosen, shards if chosen is not None else 1)]
     except ValueError as exc:
         _fail([str(exc)])
-    table = Table(title=f"kai-ray bench {shape}")
-    columns = (
-        "executor",
-        "shards",
-        "cycles",
-        "median cycle s",
-        "pods placed",
-        "evictions",
-        "pods/s",
-        "peak RSS MB",
-    )
-    for column in columns:
-        table.add_column(column, justify="right")
-    table.add_row(
-        result.executor,
-        str(result.shards),
-        str(len(result.runs)),
-        f"{result.median_cycle_seconds:.3f}",
-        str(result.pods_placed),
-        str(result.evictions),
-        f"{result.pods_per_second:.0f}",
-        f"{result.peak_rss_mb:.0f}",
-    )
-    terminal_console().print(table)
-    if result.sharding is not None:
-        split = ", ".join(f"{key} {value:.3f}" for key, value in result.sharding.items())
-        typer.echo(f"sharded batches (medians): {split}")
-    if result.full_rebuild is not None:
-        rebuilt = result.full_rebuild
-        typer.echo(
-            f"rebuilt from the cache every cycle: median {rebuilt['median_cycle_seconds']:.3f} s "
-            f"(kept models: x{rebuilt['ratio']:.2f} of that); watch events per cycle: "
-            f"{rebuilt['event_seconds']:.3f} s"
-        )
+    render_results(shape, results, terminal_console())
     if json_file is not None:
-        json_file.write_text(json.dumps(result.as_json(), indent=2) + "\n")
+        document = (
+            results[0].as_json()
+            if len(results) == 1
+            else {"shape": shape, "results": [r.as_json() for r in results]}
+        )
+        json_file.write_text(json.dumps(document, indent=2) + "\n")
 
 
 devcluster_app = KaiRayTyper(

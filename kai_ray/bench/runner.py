@@ -5,9 +5,20 @@ from __future__ import annotations
 import resource
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Protocol
 
 from kai_ray.bench.churn_objects import churn_sizes
+from kai_ray.bench.projection import (
+    BatchTimes,
+    CycleSplit,
+    Projection,
+    RecordsTimings,
+    median_split,
+    project,
+    split_cycle,
+)
 from kai_ray.bench.shapes import build_shape
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import schedule
@@ -31,9 +42,27 @@ class BenchResult:
     """Churn shapes: the same cycles with nothing remembered between them (`runs`,
     `median_cycle_seconds`, and `ratio`, this result's median over that one), and the median
     seconds the cache took to take in a cycle's watch events (`event_seconds`)."""
+    time_split: CycleSplit | None = None
+    """Median per cycle: the driver's serial time, each shard's compute, merge and transfer
+    (none for churn shapes, whose cycles also read the cache)."""
+    projection: Projection | None = None
+    """The cycle projected for 1, 2, 4 and 8 workers from `time_split` (see `projection`)."""
+    ratio_to_local: float | None = None
+    """With `--compare`: this median over the local executor's median from the same run."""
 
     def as_json(self) -> dict[str, object]:
-        return asdict(self)
+        document = asdict(self)
+        document["time_split"] = self.time_split.as_json() if self.time_split else None
+        del document["projection"]
+        document["projected_cycle_seconds"] = self.projection.as_json() if self.projection else None
+        document["projection_basis"] = self.projection.basis if self.projection else None
+        return document
+
+
+class ShardedExecutor(Executor, Protocol):
+    """An executor the compare mode makes for a shard count and ends once its run is timed."""
+
+    def close(self) -> None: ...
 
 
 def run_shape(name: str, repeat: int = 3, executor: Executor | None = None, shards: int = 1) -> BenchResult:
@@ -47,17 +76,21 @@ def run_shape(name: str, repeat: int = 3, executor: Executor | None = None, shar
     if sizes is not None:
         return _run_churn_shape(name, sizes, repeat, executor, shards)
     runs: list[float] = []
+    splits: list[CycleSplit] = []
     placed = evicted = 0
     for _ in range(repeat):
         shape = build_shape(name)
         snapshot = compile_snapshot(shape.state)
         config = shape.config
+        already = _timings_count(executor)
         started = time.perf_counter()
         plan = schedule(snapshot, config, executor)
         runs.append(time.perf_counter() - started)
+        splits.append(split_cycle(runs[-1], _timings_since(executor, already)))
         placed = len(plan.binds) + len(plan.pipelined)
         evicted = len(plan.evictions)
     median = statistics.median(runs)
+    split = median_split(splits)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return BenchResult(
         shape=name,
@@ -70,7 +103,41 @@ def run_shape(name: str, repeat: int = 3, executor: Executor | None = None, shar
         evictions=evicted,
         peak_rss_mb=peak_mb,
         sharding=_sharding(executor),
+        time_split=split,
+        projection=project({shards: split}),
     )
+
+
+def run_compare(
+    name: str, repeat: int, sharded: Callable[[int], ShardedExecutor], shards: int
+) -> list[BenchResult]:
+    """The local executor, then the sharded one with 1 shard and with `shards`, on the same shape.
+
+    The 1-shard run is what lets the projection tell fixed shard costs from divisible work and
+    fixed transfer from per-shard transfer; the widest run carries that projection. Every
+    result gets its median over the local one's. Each sharded executor is closed after its
+    run, so its actors do not compete with the next one.
+    """
+    local = run_shape(name, repeat)
+    results = [local]
+    for count in sorted({1, shards}):
+        executor = sharded(count)
+        try:
+            results.append(run_shape(name, repeat, executor, count))
+        finally:
+            executor.close()
+    measured = {r.shards: r.time_split for r in results[1:] if r.time_split is not None}
+    combined = project(measured) if measured else None
+    widest = max(measured, default=0)
+    base = local.median_cycle_seconds
+    return [
+        replace(
+            result,
+            ratio_to_local=result.median_cycle_seconds / base if base else 0.0,
+            projection=combined if result is not local and result.shards == widest else result.projection,
+        )
+        for result in results
+    ]
 
 
 def _run_churn_shape(
@@ -103,16 +170,25 @@ def _run_churn_shape(
     )
 
 
+def _timings_count(executor: Executor | None) -> int:
+    return len(executor.timings) if isinstance(executor, RecordsTimings) else 0
+
+
+def _timings_since(executor: Executor | None, already: int) -> list[BatchTimes]:
+    """The sharded calls' timings recorded after the first `already` (none for other executors)."""
+    return list(executor.timings[already:]) if isinstance(executor, RecordsTimings) else []
+
+
 def _sharding(executor: Executor | None) -> dict[str, float] | None:
-    """How a sharded executor's batches split their time (duck-typed: only Ray's records timings)."""
-    timings = getattr(executor, "timings", None)
-    if not timings:
+    """How a sharded executor's batches split their time: medians per batch, and the fallbacks."""
+    if not isinstance(executor, RecordsTimings) or not executor.timings:
         return None
+    timings = executor.timings
     return {
         "batches": float(len(timings)),
         "shard_compute_s": statistics.median(max(t.shard_seconds, default=0.0) for t in timings),
         "merge_s": statistics.median(t.merge_seconds for t in timings),
         "transfer_s": statistics.median(t.transfer_seconds for t in timings),
         "total_s": statistics.median(t.total_seconds for t in timings),
-        "fallbacks": float(getattr(executor, "fallbacks", 0)),
+        "fallbacks": float(executor.fallbacks),
     }

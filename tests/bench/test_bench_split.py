@@ -1,0 +1,113 @@
+"""The runner splits each cycle by the sharded calls made during it, and compares executors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from kai_ray.bench.runner import run_compare, run_shape
+from kai_ray.distributed.executor import LocalExecutor
+from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskShape
+
+pytestmark = pytest.mark.unit
+
+
+@dataclass
+class Timing:
+    shard_seconds: list[float]
+    merge_seconds: float
+    total_seconds: float
+
+    @property
+    def transfer_seconds(self) -> float:
+        return self.total_seconds - max(self.shard_seconds) - self.merge_seconds
+
+
+@dataclass
+class RecordingExecutor(LocalExecutor):
+    """Ranks in-process like the local executor but records a made-up timing per batch, as a
+    sharded executor would: each shard's given seconds, merge 1 ms, 10 ms in all."""
+
+    shard_times: list[float]
+    timings: list[Timing] = field(default_factory=list)
+    fallbacks: int = 0
+    closed: bool = False
+
+    def rank_shapes(
+        self, nodes: NodeRows, ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
+    ) -> list[RankedRows] | None:
+        self.timings.append(Timing(list(self.shard_times), 0.001, 0.01))
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_each_cycle_is_split_by_the_batches_it_made_not_by_earlier_ones() -> None:
+    executor = RecordingExecutor([0.001, 0.002])
+    result = run_shape("kai-full-cycle-4x10", repeat=3, executor=executor, shards=2)
+    split = result.time_split
+    assert split is not None
+    per_cycle = len(executor.timings) // 3
+    assert per_cycle >= 1
+    assert len(executor.timings) == 3 * per_cycle
+    assert split.batches == per_cycle
+    assert split.shard_seconds == pytest.approx((0.001 * per_cycle, 0.002 * per_cycle))
+    assert split.critical_shard_seconds == pytest.approx(0.002 * per_cycle)
+    assert split.merge_seconds == pytest.approx(0.001 * per_cycle)
+    assert split.transfer_seconds == pytest.approx(0.007 * per_cycle)
+    assert split.waiting_seconds == pytest.approx(0.01 * per_cycle)
+    assert split.cycle_seconds == result.median_cycle_seconds
+    assert result.projection is not None
+    assert set(result.projection.cycle_seconds) == {1, 2, 4, 8}
+    document = result.as_json()
+    split_json = document["time_split"]
+    assert isinstance(split_json, dict)
+    assert split_json["shard_compute_s"] == pytest.approx(list(split.shard_seconds))
+    assert document["projected_cycle_seconds"] == result.projection.as_json()
+    assert document["ratio_to_local"] is None
+    assert "projection" not in document
+
+
+def test_compare_runs_local_then_one_and_k_shards_and_closes_each_executor() -> None:
+    made: list[RecordingExecutor] = []
+
+    def sharded(count: int) -> RecordingExecutor:
+        # Every shard pays 1 ms; 2 ms of work divides over the shards.
+        made.append(RecordingExecutor([0.001 + 0.002 / count] * count))
+        return made[-1]
+
+    results = run_compare("kai-allocate-4x10", 2, sharded, 2)
+    assert [(r.executor, r.shards) for r in results] == [("local", 1), ("ray", 1), ("ray", 2)]
+    assert [len(e.shard_times) for e in made] == [1, 2]
+    assert all(e.closed for e in made)
+    local = results[0]
+    assert local.ratio_to_local == 1.0
+    for result in results[1:]:
+        assert result.ratio_to_local == pytest.approx(
+            result.median_cycle_seconds / local.median_cycle_seconds
+        )
+        assert result.pods_placed == local.pods_placed
+    widest = results[2].projection
+    assert widest is not None
+    assert "1 and 2 shards" in widest.basis
+    # The fixed cost per shard: the 2-shard run's 4 ms of shard work less the 1-shard run's 3 ms.
+    batches = results[2].time_split.batches if results[2].time_split else 0
+    assert batches >= 1
+    assert widest.fixed_shard_seconds == pytest.approx(0.001 * batches)
+    assert widest.divisible_shard_seconds == pytest.approx(0.002 * batches)
+    assert results[1].projection is not None
+    assert "one run with 1 shard" in results[1].projection.basis
+
+
+def test_compare_with_one_shard_runs_it_once() -> None:
+    made: list[RecordingExecutor] = []
+
+    def sharded(count: int) -> RecordingExecutor:
+        made.append(RecordingExecutor([0.001] * count))
+        return made[-1]
+
+    results = run_compare("kai-allocate-4x10", 1, sharded, 1)
+    assert [(r.executor, r.shards) for r in results] == [("local", 1), ("ray", 1)]
+    assert len(made) == 1
