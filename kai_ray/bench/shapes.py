@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kai_ray.api.config import (
     DEFAULT_ACTIONS,
@@ -21,6 +21,7 @@ from kai_ray.api.config import (
     PluginSpec,
     SchedulerConfig,
 )
+from kai_ray.api.constants import NODE_POOL_LABEL
 from kai_ray.cluster.sim.scenario import SCENARIO_NOW
 from kai_ray.model.objects import (
     UNLIMITED,
@@ -318,6 +319,34 @@ def big(nodes: int, pods: int) -> Built:
     return _cluster(nodes, queues, jobs), FULL_CYCLE
 
 
+def pools(count: int, nodes: int, jobs: int) -> Built:
+    """`count` node pools (`kai.scheduler/node-pool: pool-P`), each a kai-full-cycle-NxJ of its own.
+
+    Every node, queue and job of pool P is named `pool-P-...` and labelled with the pool, so
+    each pool's shard (`--shard-by node-pool`) schedules one half-busy cluster alone.
+    """
+    state = ClusterState(now=SCENARIO_NOW)
+    for index in range(count):
+        part, _ = kai_full_cycle(nodes, jobs)
+        pool = f"pool-{index}"
+        renamed = {node.name: f"{pool}-{node.name}" for node in part.nodes}
+        state.nodes += [
+            replace(n, name=renamed[n.name], labels={NODE_TYPE_LABEL: renamed[n.name], NODE_POOL_LABEL: pool})
+            for n in part.nodes
+        ]
+        state.queues += [
+            replace(q, name=f"{pool}-{q.name}", parent=q.parent and f"{pool}-{q.parent}", node_pool=pool)
+            for q in part.queues
+        ]
+        for job in part.jobs:
+            for task in job.tasks:
+                task.name, task.node = f"{pool}-{task.name}", task.node and renamed[task.node]
+            state.jobs.append(
+                replace(job, name=f"{pool}-{job.name}", queue=f"{pool}-{job.queue}", node_pool=pool)
+            )
+    return state, FULL_CYCLE
+
+
 SHAPES: dict[str, tuple[str, Callable[..., Built]]] = {
     "kai-allocate-NxJ": (r"kai-allocate-(\d+)x(\d+)", kai_allocate),
     "kai-gang-NxJxP": (r"kai-gang-(\d+)x(\d+)x(\d+)", kai_gang),
@@ -327,6 +356,7 @@ SHAPES: dict[str, tuple[str, Callable[..., Built]]] = {
     "reclaim-NxP": (r"reclaim-(\d+)x(\d+)", reclaim),
     "gang-N": (r"gang-(\d+)", gang),
     "big-NxJ": (r"big-(\d+)x(\d+)", big),
+    "pools-PxNxJ": (r"pools-(\d+)x(\d+)x(\d+)", pools),
 }
 """Shape families by usage: the name pattern (sizes as groups, in builder argument order) and builder."""
 

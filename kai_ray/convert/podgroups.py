@@ -18,6 +18,7 @@ from kai_ray.api.constants import (
     DEFAULT_SUBGROUP,
     LAST_EVICTION_TIMESTAMP_ANNOTATION,
     LAST_START_TIMESTAMP_ANNOTATION,
+    NODE_POOL_LABEL,
     NON_PREEMPTIBLE_PRIORITY,
     PREEMPTIBLE,
     STALE_PODGROUP_TIMESTAMP_ANNOTATION,
@@ -75,6 +76,7 @@ def job_from_podgroup(manifest: Manifest[PodGroup], queues: QueueIndex, prioriti
         stale_since=annotation_time(annotations, STALE_PODGROUP_TIMESTAMP_ANNOTATION),
         staleness_grace=seconds(spec.staleness_grace_period),
         deleting=group.metadata.deletion_timestamp is not None,
+        node_pool=group.metadata.labels.get(NODE_POOL_LABEL, ""),
     )
 
 

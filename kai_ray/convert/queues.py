@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kai_ray.api import Manifest, ManifestProblem, Queue, QueueResource
+from kai_ray.api.constants import NODE_POOL_LABEL
 from kai_ray.convert.common import created, seconds
 from kai_ray.model.objects import UNLIMITED, QueueSpec, ResourceQuota
 
@@ -102,6 +103,7 @@ def _queue_spec(manifest: Manifest[Queue]) -> QueueSpec:
         memory=_quota(spec.resources.memory, MEGABYTE),
         preempt_min_runtime=seconds(spec.preempt_min_runtime),
         reclaim_min_runtime=seconds(spec.reclaim_min_runtime),
+        node_pool=manifest.obj.metadata.labels.get(NODE_POOL_LABEL, ""),
     )
 
 

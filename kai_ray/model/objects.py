@@ -85,6 +85,8 @@ class QueueSpec:
     memory: ResourceQuota = ResourceQuota(UNLIMITED, UNLIMITED, 1.0)
     preempt_min_runtime: float | None = None
     reclaim_min_runtime: float | None = None
+    node_pool: str = ""
+    """The queue's node-pool label value ("" = unlabelled): only that pool's shard sees it."""
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,8 @@ class JobSpec:
     staleness_grace: float | None = None
     deleting: bool = False
     tasks: list[TaskSpec] = field(default_factory=list)
+    node_pool: str = ""
+    """The PodGroup's node-pool label value ("" = unlabelled): only that pool's shard schedules it."""
 
     @property
     def key(self) -> str:

@@ -164,7 +164,16 @@ def _queue(raw: dict[str, Any]) -> QueueSpec:
         memory=_quota(res["memory"], MEGABYTE),
         preempt_min_runtime=_optional_float(raw.get("preemptMinRuntimeSeconds")),
         reclaim_min_runtime=_optional_float(raw.get("reclaimMinRuntimeSeconds")),
+        node_pool=_node_pool(raw),
     )
+
+
+def _node_pool(raw: dict[str, Any]) -> str:
+    """A queue's or job's optional `nodePool` (kai-ray's addition to the format; absent = unlabelled)."""
+    value = raw.get("nodePool") or ""
+    if not isinstance(value, str):
+        raise ValueError(f"{raw.get('name')!r}: nodePool must be a string, got {value!r}")
+    return value
 
 
 def _optional_float(value: Any) -> float | None:
@@ -227,6 +236,7 @@ def _job(raw: dict[str, Any]) -> JobSpec:
         staleness_grace=_optional_float(raw.get("stalenessGracePeriodSeconds")),
         deleting=bool(raw.get("deleting", False)),
         tasks=[_task(t) for t in raw["tasks"]],
+        node_pool=_node_pool(raw),
     )
 
 
