@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -25,7 +26,7 @@ from kai_ray.cli_help import KaiRayTyper
 from kai_ray.cluster.kube.bind_mode import BindMode
 from kai_ray.cluster.sim.past_usage import PastUsage, PastUsageError, read_past_usage, read_usage_file
 from kai_ray.cluster.sim.scenario import ScenarioError, is_scenario_file, load_scenario
-from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
+from kai_ray.cluster.sim.simulator import SimulatedCluster
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.usage import UsageRecorder
 from kai_ray.model.objects import ClusterState
@@ -57,6 +58,22 @@ BindModeOption = Annotated[
     ),
 ]
 ShardsOption = Annotated[int, typer.Option("--shards", min=1, help="Node shards for --executor ray.")]
+
+
+class ShardBy(enum.StrEnum):
+    NONE = "none"
+    NODE_POOL = "node-pool"
+
+
+ShardByOption = Annotated[
+    ShardBy,
+    typer.Option(
+        "--shard-by",
+        help=f"node-pool: schedule each node pool ({NODE_POOL_LABEL} label on nodes, queues, PodGroups) "
+        "whole as its own shard, as KAI's SchedulingShards do; with --executor ray, one Ray task per "
+        "pool (--shards is then unused).",
+    ),
+]
 RayAddressOption = Annotated[
     str | None, typer.Option("--ray-address", help="Join this Ray cluster instead of starting a local one.")
 ]
@@ -147,9 +164,18 @@ def _fail(problems: list[str]) -> NoReturn:
     raise typer.Exit(code=2)
 
 
-def _simulate(
-    path: Path, cycles: int | None, executor: Executor | None, config_file: Path | None, usage: _UsageOptions
-) -> list[CycleResult]:
+@dataclass(frozen=True)
+class _Loaded:
+    """What `simulate` runs: the cluster, its config, time-based fair share, and how many cycles."""
+
+    state: ClusterState
+    config: SchedulerConfig
+    recorder: UsageRecorder | None
+    step: float
+    cycles: int
+
+
+def _load(path: Path, cycles: int | None, config_file: Path | None, usage: _UsageOptions) -> _Loaded:
     if is_scenario_file(path):
         if config_file is not None:
             _fail([f"{path}: a conformance scenario carries its own config; --config is for manifests"])
@@ -163,8 +189,7 @@ def _simulate(
         config, recorder, step = _with_usage(
             scenario.state, scenario.config, inline or usage.stated, usage.step
         )
-        cluster = SimulatedCluster(scenario.state, config, executor, recorder, step)
-        return cluster.run(cycles or scenario.cycles)
+        return _Loaded(scenario.state, config, recorder, step, cycles or scenario.cycles)
     from kai_ray_operators.manifests import cluster_from_workload_documents
 
     if path.is_dir():
@@ -180,7 +205,25 @@ def _simulate(
     if errors:
         _fail(errors)
     config, recorder, step = _with_usage(state, config, usage.stated, usage.step)
-    return SimulatedCluster(state, config, executor, recorder, step).run(cycles or 1)
+    return _Loaded(state, config, recorder, step, cycles or 1)
+
+
+def _simulate_pools(loaded: _Loaded, executor: ExecutorName, ray_address: str | None, output: Output) -> None:
+    """`simulate --shard-by node-pool`: each pool's shard on its own (kai_ray.distributed.pool_runner)."""
+    from kai_ray.distributed.pool_runner import LocalPoolRunner, PoolRunner, RayPoolRunner, simulate_pools
+    from kai_ray.model.pools import off_pool_tasks
+    from kai_ray.report.pools import render_pools_json, render_pools_table
+
+    if loaded.recorder is not None:
+        _fail(["--shard-by node-pool: time-based fair share (usage) is not supported per node pool yet"])
+    for off in off_pool_tasks(loaded.state, NODE_POOL_LABEL):
+        typer.echo(f"warning: {off.describe()}", err=True)
+    runner: PoolRunner = RayPoolRunner(ray_address) if executor == ExecutorName.RAY else LocalPoolRunner()
+    per_pool = simulate_pools(loaded.state, loaded.config, loaded.cycles, runner)
+    if output == Output.JSON:
+        typer.echo(render_pools_json(per_pool))
+    else:
+        render_pools_table(per_pool, terminal_console())
 
 
 class _UsageOptions:
@@ -257,6 +300,7 @@ def simulate(
     executor: ExecutorOption = ExecutorName.LOCAL,
     shards: ShardsOption = 2,
     ray_address: RayAddressOption = None,
+    shard_by: ShardByOption = ShardBy.NONE,
     config_file: Annotated[
         Path | None,
         typer.Option("--config", help="KAI's scheduler configuration (config.yaml or its ConfigMap)."),
@@ -276,8 +320,13 @@ def simulate(
     """Schedule PATH on the embedded simulated cluster and print the result."""
     if not path.exists():
         _fail([f"{path}: no such file or directory"])
-    usage = _UsageOptions(usage_file, clock_step)
-    results = _simulate(path, cycles, _executor(executor, shards, ray_address), config_file, usage)
+    loaded = _load(path, cycles, config_file, _UsageOptions(usage_file, clock_step))
+    if shard_by == ShardBy.NODE_POOL:
+        _simulate_pools(loaded, executor, ray_address, output)
+        return
+    chosen = _executor(executor, shards, ray_address)
+    cluster = SimulatedCluster(loaded.state, loaded.config, chosen, loaded.recorder, loaded.step)
+    results = cluster.run(loaded.cycles)
     if output == Output.JSON:
         typer.echo(render_json(results))
     else:
@@ -339,6 +388,7 @@ def bench(
         float, typer.Option("--timeout", min=1, help="With --kube: give up after this many seconds.")
     ] = 600.0,
     bind_mode: BindModeOption = BindMode.BIND_REQUEST,
+    shard_by: ShardByOption = ShardBy.NONE,
 ) -> None:
     """Time scheduling cycles on a generated cluster shape, or end to end with --kube or --grpc."""
     if grpc:
@@ -385,6 +435,9 @@ def bench(
             write_scenario(build_shape(shape), emit_scenario)
             typer.echo(f"wrote {emit_scenario}")
             return
+        if shard_by == ShardBy.NODE_POOL:
+            _bench_pools(shape, repeat, executor == ExecutorName.RAY, ray_address, json_file)
+            return
         if compare:
             from kai_ray.distributed.ray_executor import RayExecutor
 
@@ -402,6 +455,18 @@ def bench(
             else {"shape": shape, "results": [r.as_json() for r in results]}
         )
         json_file.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def _bench_pools(
+    shape: str, repeat: int, use_ray: bool, ray_address: str | None, json_file: Path | None
+) -> None:
+    """`bench --shard-by node-pool`: the shape whole, by pool in-process, and by pool in Ray."""
+    from kai_ray.bench.pools import render_pool_bench, run_pool_shape
+
+    result = run_pool_shape(shape, repeat, ray_address, use_ray)
+    render_pool_bench(result, terminal_console())
+    if json_file is not None:
+        json_file.write_text(json.dumps(result.as_json(), indent=2) + "\n")
 
 
 devcluster_app = KaiRayTyper(
