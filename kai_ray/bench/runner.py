@@ -6,7 +6,7 @@ import resource
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
 from kai_ray.bench.churn_objects import churn_sizes
@@ -60,7 +60,7 @@ class BenchResult:
 
 
 class ShardedExecutor(Executor, Protocol):
-    """An executor the compare mode makes for a shard count and ends once its run is timed."""
+    """An executor the compare mode makes for a shard count and ends once every cycle is timed."""
 
     def close(self) -> None: ...
 
@@ -75,69 +75,91 @@ def run_shape(name: str, repeat: int = 3, executor: Executor | None = None, shar
     sizes = churn_sizes(name)
     if sizes is not None:
         return _run_churn_shape(name, sizes, repeat, executor, shards)
-    runs: list[float] = []
-    splits: list[CycleSplit] = []
-    placed = evicted = 0
+    cycles = _Cycles(executor, shards)
     for _ in range(repeat):
-        shape = build_shape(name)
-        snapshot = compile_snapshot(shape.state)
-        config = shape.config
-        already = _timings_count(executor)
-        started = time.perf_counter()
-        plan = schedule(snapshot, config, executor)
-        runs.append(time.perf_counter() - started)
-        splits.append(split_cycle(runs[-1], _timings_since(executor, already)))
-        placed = len(plan.binds) + len(plan.pipelined)
-        evicted = len(plan.evictions)
-    median = statistics.median(runs)
-    split = median_split(splits)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return BenchResult(
-        shape=name,
-        executor="local" if executor is None else "ray",
-        shards=shards,
-        runs=runs,
-        median_cycle_seconds=median,
-        pods_placed=placed,
-        pods_per_second=placed / median if median else 0.0,
-        evictions=evicted,
-        peak_rss_mb=peak_mb,
-        sharding=_sharding(executor),
-        time_split=split,
-        projection=project({shards: split}),
-    )
+        cycles.time_one(name)
+    return cycles.result(name)
 
 
 def run_compare(
     name: str, repeat: int, sharded: Callable[[int], ShardedExecutor], shards: int
 ) -> list[BenchResult]:
-    """The local executor, then the sharded one with 1 shard and with `shards`, on the same shape.
+    """The local executor and the sharded one with 1 shard and with `shards`, on the same shape.
 
-    The 1-shard run is what lets the projection tell fixed shard costs from divisible work and
-    fixed transfer from per-shard transfer; the widest run carries that projection. Every
-    result gets its median over the local one's. Each sharded executor is closed after its
-    run, so its actors do not compete with the next one.
+    Their cycles take turns (local, 1 shard, `shards`, local, ...), so a change in the load of
+    a shared machine hits every executor alike instead of whichever ran last. The 1-shard run
+    is what lets the projection tell fixed shard costs from divisible work and fixed transfer
+    from per-shard transfer; the widest run carries that projection. Every result gets its
+    median over the local one's.
     """
-    local = run_shape(name, repeat)
-    results = [local]
-    for count in sorted({1, shards}):
-        executor = sharded(count)
-        try:
-            results.append(run_shape(name, repeat, executor, count))
-        finally:
+    if churn_sizes(name) is not None:
+        raise ValueError(f"{name}: --compare times generated shapes; run churn shapes one executor at a time")
+    counts = sorted({1, shards})
+    executors: list[ShardedExecutor] = []
+    try:
+        for count in counts:
+            executors.append(sharded(count))
+        timed = [_Cycles(None, 1), *(_Cycles(e, c) for e, c in zip(executors, counts, strict=True))]
+        for _ in range(repeat):
+            for cycles in timed:
+                cycles.time_one(name)
+    finally:
+        for executor in executors:
             executor.close()
-    measured = {r.shards: r.time_split for r in results[1:] if r.time_split is not None}
-    combined = project(measured) if measured else None
-    widest = max(measured, default=0)
+    local, *rest = [cycles.result(name) for cycles in timed]
+    measured = {r.shards: r.time_split for r in rest if r.time_split is not None}
+    combined = project(measured)
     base = local.median_cycle_seconds
     return [
         replace(
             result,
             ratio_to_local=result.median_cycle_seconds / base if base else 0.0,
-            projection=combined if result is not local and result.shards == widest else result.projection,
+            projection=combined if result.shards == shards and result is not local else result.projection,
         )
-        for result in results
+        for result in (local, *rest)
     ]
+
+
+@dataclass
+class _Cycles:
+    """The cycles timed so far with one executor, and what the last one placed and evicted."""
+
+    executor: Executor | None
+    shards: int
+    runs: list[float] = field(default_factory=list)
+    splits: list[CycleSplit] = field(default_factory=list)
+    placed: int = 0
+    evicted: int = 0
+
+    def time_one(self, name: str) -> None:
+        shape = build_shape(name)
+        snapshot = compile_snapshot(shape.state)
+        config = shape.config
+        already = _timings_count(self.executor)
+        started = time.perf_counter()
+        plan = schedule(snapshot, config, self.executor)
+        self.runs.append(time.perf_counter() - started)
+        self.splits.append(split_cycle(self.runs[-1], _timings_since(self.executor, already)))
+        self.placed = len(plan.binds) + len(plan.pipelined)
+        self.evicted = len(plan.evictions)
+
+    def result(self, name: str) -> BenchResult:
+        median = statistics.median(self.runs)
+        split = median_split(self.splits)
+        return BenchResult(
+            shape=name,
+            executor="local" if self.executor is None else "ray",
+            shards=self.shards,
+            runs=self.runs,
+            median_cycle_seconds=median,
+            pods_placed=self.placed,
+            pods_per_second=self.placed / median if median else 0.0,
+            evictions=self.evicted,
+            peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            sharding=_sharding(self.executor),
+            time_split=split,
+            projection=project({self.shards: split}),
+        )
 
 
 def _run_churn_shape(

@@ -30,6 +30,8 @@ class RecordingExecutor(LocalExecutor):
     sharded executor would: each shard's given seconds, merge 1 ms, 10 ms in all."""
 
     shard_times: list[float]
+    calls: list[int] = field(default_factory=list)
+    """Shared between executors: the shard count of each batch, in the order they came."""
     timings: list[Timing] = field(default_factory=list)
     fallbacks: int = 0
     closed: bool = False
@@ -38,6 +40,7 @@ class RecordingExecutor(LocalExecutor):
         self, nodes: NodeRows, ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
     ) -> list[RankedRows] | None:
         self.timings.append(Timing(list(self.shard_times), 0.001, 0.01))
+        self.calls.append(len(self.shard_times))
         return None
 
     def close(self) -> None:
@@ -70,18 +73,21 @@ def test_each_cycle_is_split_by_the_batches_it_made_not_by_earlier_ones() -> Non
     assert "projection" not in document
 
 
-def test_compare_runs_local_then_one_and_k_shards_and_closes_each_executor() -> None:
+def test_compare_times_local_one_and_k_shards_in_turns_and_closes_each_executor() -> None:
     made: list[RecordingExecutor] = []
+    calls: list[int] = []
 
     def sharded(count: int) -> RecordingExecutor:
         # Every shard pays 1 ms; 2 ms of work divides over the shards.
-        made.append(RecordingExecutor([0.001 + 0.002 / count] * count))
+        made.append(RecordingExecutor([0.001 + 0.002 / count] * count, calls))
         return made[-1]
 
     results = run_compare("kai-allocate-4x10", 2, sharded, 2)
     assert [(r.executor, r.shards) for r in results] == [("local", 1), ("ray", 1), ("ray", 2)]
     assert [len(e.shard_times) for e in made] == [1, 2]
     assert all(e.closed for e in made)
+    per_cycle = len(calls) // 4
+    assert calls == ([1] * per_cycle + [2] * per_cycle) * 2
     local = results[0]
     assert local.ratio_to_local == 1.0
     for result in results[1:]:
@@ -111,3 +117,31 @@ def test_compare_with_one_shard_runs_it_once() -> None:
     results = run_compare("kai-allocate-4x10", 1, sharded, 1)
     assert [(r.executor, r.shards) for r in results] == [("local", 1), ("ray", 1)]
     assert len(made) == 1
+    assert results[1].projection is not None
+    assert "one run with 1 shard" in results[1].projection.basis
+
+
+def test_compare_refuses_churn_shapes_before_making_an_executor() -> None:
+    made: list[RecordingExecutor] = []
+
+    def sharded(count: int) -> RecordingExecutor:
+        made.append(RecordingExecutor([0.001] * count))
+        return made[-1]
+
+    with pytest.raises(ValueError, match="churn shapes"):
+        run_compare("churn-4x8", 1, sharded, 2)
+    assert not made
+
+
+def test_an_executor_that_fails_to_start_still_has_the_others_closed() -> None:
+    made: list[RecordingExecutor] = []
+
+    def sharded(count: int) -> RecordingExecutor:
+        if count > 1:
+            raise RuntimeError("no room for another shard")
+        made.append(RecordingExecutor([0.001] * count))
+        return made[-1]
+
+    with pytest.raises(RuntimeError, match="no room"):
+        run_compare("kai-allocate-4x10", 1, sharded, 2)
+    assert [e.closed for e in made] == [True]
