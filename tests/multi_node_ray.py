@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +56,9 @@ print(json.dumps({"nodes": nodes, "actors": actors}))
 @dataclass
 class ClusterView:
     nodes: list[str]
-    actors: list[dict[str, str]] = field(default_factory=list)
-
-    def actors_of(self, name: str) -> list[dict[str, str]]:
-        return [actor for actor in self.actors if actor["class"] == name]
+    """IDs of the alive nodes."""
+    actors: list[dict[str, str]]
+    """Every actor the cluster has seen, alive or not: its class, job (driver) and node IDs."""
 
 
 @dataclass

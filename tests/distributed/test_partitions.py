@@ -111,6 +111,13 @@ def test_no_shard_is_left_idle_while_there_are_nodes_for_it() -> None:
     assert as_lists(parts) == [[3, 4, 5], [6, 7, 8], [0, 1], [2]]
 
 
+def test_short_of_pieces_a_zone_is_split_by_racks_before_a_rack_is_halved() -> None:
+    specs = zoned(["A", "A", "A", "B", "B"], ["r", "r", "r", "s1", "s2"])
+    # fair size 2: rack A.r (3) is cut in [0, 1] and [2]; B (2) fits, but 3 pieces for 4 shards
+    # are too few, and B's racks give the fourth where halving A.r again would split a rack more.
+    assert as_lists(partition_rows(specs, 4, LEVELS)) == [[0, 1], [2], [3], [4]]
+
+
 def test_pools_get_shards_of_their_own_in_proportion_to_size() -> None:
     pools = ["gpu"] * 6 + ["cpu"] * 2 + [""] * 2
     specs = [node(i, **({NODE_POOL_LABEL: pool} if pool else {})) for i, pool in enumerate(pools)]

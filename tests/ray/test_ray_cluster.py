@@ -41,8 +41,11 @@ def simulate(cluster: MultiNodeRay, path: Path, *executor: str) -> dict[str, obj
 
 
 def new_jobs(before: set[str], cluster: MultiNodeRay) -> tuple[set[str], list[dict[str, str]]]:
-    """The jobs (drivers) that started actors since `before`, and their actors."""
-    actors = [actor for actor in cluster.view().actors if actor["job"] not in before]
+    """The jobs (drivers) that started actors since `before`, and their actors, each on a node of
+    this cluster."""
+    view = cluster.view()
+    actors = [actor for actor in view.actors if actor["job"] not in before]
+    assert {actor["node"] for actor in actors} <= set(view.nodes), f"actors off the cluster: {actors}"
     return {actor["job"] for actor in actors}, actors
 
 
