@@ -105,6 +105,10 @@ def node_rows(session: Session) -> NodeRows:
     )
 
 
+RowState = tuple[bool, bytes, bytes, bytes]
+"""What a row-local score of a whole-GPU pod reads of a row (`NodeFinder._row_states`)."""
+
+
 @dataclass
 class _Frontier:
     heap: list[RankKey]
@@ -112,6 +116,11 @@ class _Frontier:
     bound: RankKey | None
     cursor: int
     stale: set[int] = field(default_factory=set)
+    scored: dict[RowState, tuple[bool, float]] | None = None
+    """Row state → (feasible, score) for this shape, when the score is known to read nothing
+    else (`NodeFinder._remembering`); None otherwise."""
+    passes_filters: list[bool] | None = None
+    """Per row, whether the shape passes every node filter: fixed for the session."""
 
 
 class NodeFinder:
@@ -120,6 +129,13 @@ class NodeFinder:
         self.ranking = node_ranking(session)
         self._frontiers: dict[ShapeKey, _Frontier] = {}
         self._keys: dict[int, ShapeKey] = {}
+        self._plain_plugins = all(
+            type(p) in KNOWN_NODE_PLUGINS for p in session.plugins if _scores_or_filters_nodes(p)
+        )
+        """Whether every plugin that scores or filters nodes is one of ours as it is (not a
+        subclass), whose score of a whole-GPU pod reads only the row's allocatable, idle and
+        releasing vectors and a node filter fixed for the session."""
+        self._allocatable: list[bytes] | None = None
         """Task uid → its shape key, filled by `prepare` for the batch's pending tasks: a task's
         request and spec do not change within a session, and building the key again for each
         query (sorting its node selector) cost a twentieth of a small cluster's cycle."""
@@ -129,12 +145,17 @@ class NodeFinder:
         if self.ranking is None:
             return
         counts: dict[ShapeKey, tuple[TaskShape, int]] = {}
+        first: dict[ShapeKey, Task] = {}
         for task in tasks:
             if task.is_shared_gpu:
                 continue
             key = self._key_of(task)
             previous = counts.get(key)
-            counts[key] = (shape_of(task), 1) if previous is None else (previous[0], previous[1] + 1)
+            if previous is None:
+                counts[key] = (shape_of(task), 1)
+                first[key] = task
+            else:
+                counts[key] = (previous[0], previous[1] + 1)
         if not counts:
             return
         keys = sorted(counts, key=repr)
@@ -146,7 +167,7 @@ class NodeFinder:
             return
         cursor = len(self.session.nodes.changed_rows)
         for key, answer in zip(keys, answers, strict=True):
-            self._frontiers[key] = _frontier_from(answer, cursor)
+            self._frontiers[key] = self._remembering(_frontier_from(answer, cursor), first[key])
 
     def _key_of(self, task: Task) -> ShapeKey:
         key = self._keys.get(task.uid)
@@ -155,8 +176,21 @@ class NodeFinder:
         return key
 
     def best(self, task: Task) -> int | None:
-        """The best feasible row for the task, or None when no row fits."""
-        return next(self.ordered(task), None)
+        """The best feasible row for the task, or None when no row fits: the first row `ordered`
+        gives, without a generator (asked once per pod that shares no GPU)."""
+        key = self._key_of(task)
+        frontier = self._frontiers.get(key)
+        if frontier is None:
+            frontier = self._exact(task, key)
+        self._refresh(task, frontier)
+        while True:
+            heap, current = frontier.heap, frontier.current
+            while heap and current.get(heap[0][1]) != heap[0][0]:
+                heapq.heappop(heap)
+            if frontier.bound is not None and (not heap or heap[0] > frontier.bound):
+                frontier = self._exact(task, key)
+                continue
+            return heap[0][1] if heap else None
 
     def ordered(self, task: Task) -> Generator[int, None, None]:
         """Feasible rows best first, produced lazily; the heap is left as it was found."""
@@ -194,22 +228,70 @@ class NodeFinder:
         frontier = _frontier_from(
             RankedRows(rows[feasible], scores[feasible], None), len(self.session.nodes.changed_rows)
         )
-        self._frontiers[key] = frontier
+        self._frontiers[key] = self._remembering(frontier, task)
+        return frontier
+
+    def _remembering(self, frontier: _Frontier, task: Task) -> _Frontier:
+        """Give the frontier a memory of row states when its shape's scores read nothing else.
+
+        A whole-GPU pod's score from our own node plugins reads, of a row, its allocatable,
+        idle and releasing vectors and whether it passes the node filters (no shared-GPU group:
+        those plugins have no opinion on such a pod); so rows in the same state score the
+        same, bit for bit. On a cluster of alike nodes most placements leave a row in a state
+        some row was in before, and re-scoring it (a dozen numpy calls on one row) was a third
+        of a placement.
+        """
+        if not (self._plain_plugins and task.needs_gpu and not task.is_shared_gpu):
+            return frontier
+        if self._allocatable is None:
+            self._allocatable = [row.tobytes() for row in self.session.nodes.table.allocatable]
+        passes = np.ones(len(self.session.nodes.table), dtype=bool)
+        for plugin in self.session.plugins_with("node_filter"):
+            node_filter = plugin.node_filter(task)
+            if node_filter is not None:
+                passes &= node_filter.mask
+        frontier.scored = {}
+        frontier.passes_filters = passes.tolist()
         return frontier
 
     def _refresh(self, task: Task, frontier: _Frontier) -> None:
         changed = self.session.nodes.changed_rows
         if frontier.cursor == len(changed):
             return
-        rows = _distinct_sorted(changed[frontier.cursor :])
+        fresh = changed[frontier.cursor :]
         frontier.cursor = len(changed)
-        feasible, scores = score_rows(self.session, task, rows)
-        for row, ok, value in zip(rows.tolist(), feasible.tolist(), scores.tolist(), strict=True):
+        if frontier.scored is not None and len(fresh) < SMALL_CHANGE:
+            answers = self._recalled(task, frontier, sorted(set(fresh)))
+        else:
+            rows = _distinct_sorted(fresh)
+            feasible, scores = score_rows(self.session, task, rows)
+            answers = list(zip(rows.tolist(), feasible.tolist(), scores.tolist(), strict=True))
+        for row, ok, value in answers:
             if ok:
                 frontier.current[row] = -value
                 heapq.heappush(frontier.heap, (-value, row))
             else:
                 frontier.current.pop(row, None)
+
+    def _recalled(self, task: Task, frontier: _Frontier, rows: list[int]) -> list[tuple[int, bool, float]]:
+        """(row, feasible, score) of a few rows, each scored once per row state (`_remembering`)."""
+        assert frontier.scored is not None and frontier.passes_filters is not None
+        assert self._allocatable is not None
+        nodes = self.session.nodes
+        answers = []
+        for row in rows:
+            state = (
+                frontier.passes_filters[row],
+                self._allocatable[row],
+                nodes.idle[row].tobytes(),
+                nodes.releasing[row].tobytes(),
+            )
+            known = frontier.scored.get(state)
+            if known is None:
+                feasible, scores = score_rows(self.session, task, np.array([row], dtype=np.int64))
+                known = frontier.scored[state] = (bool(feasible[0]), float(scores[0]))
+            answers.append((row, *known))
+        return answers
 
 
 SMALL_CHANGE = 32

@@ -41,27 +41,36 @@ def place_task(
         reason = plugin.pre_predicate(task)
         if reason:
             return reason
-    ranked = _ranked_rows(session, task, node_mask, bonus)
-    first = next(ranked, None)
-    if first is None:
-        if session.simulating:
-            return f"pod {task.name}: no node fits"
-        why_not = "; ".join(_why_no_node_fits(session, task, node_mask))
-        return f"pod {task.name}: 0 of {len(session.nodes.table)} nodes fit ({why_not})"
     if task.is_shared_gpu:
+        ranked = _ranked_rows(session, task, node_mask, bonus)
+        first = next(ranked, None)
+        if first is None:
+            return _no_node_fits(session, task, node_mask)
         return _place_shared(session, statement, task, first, ranked, pipeline_only)
-    ranked.close()
+    if node_mask is None and bonus is None:
+        best = session.node_finder.best(task)
+    else:
+        best = next(_scanned_rows(session, task, node_mask, bonus), None)
+    if best is None:
+        return _no_node_fits(session, task, node_mask)
     if session.predicates_enabled:
         reason = _node_capacity_problem(session, task, task.spec.gpu)
         if reason:
             return reason
-    row = first
+    row = best
     starts_now = bool((task.request <= session.nodes.idle[row] + EPSILON).all())
     if starts_now and not pipeline_only:
         statement.allocate(task, row)
     else:
         statement.pipeline(task, row)
     return None
+
+
+def _no_node_fits(session: Session, task: Task, node_mask: np.ndarray | None) -> str:
+    if session.simulating:
+        return f"pod {task.name}: no node fits"
+    why_not = "; ".join(_why_no_node_fits(session, task, node_mask))
+    return f"pod {task.name}: 0 of {len(session.nodes.table)} nodes fit ({why_not})"
 
 
 def _ranked_rows(

@@ -1,0 +1,121 @@
+"""The node finder's memory of row states scores a row exactly as scoring it afresh does.
+
+A whole-GPU pod's score from our own node plugins reads only a row's allocatable, idle and
+releasing vectors and the node filters, so the node finder scores each such row state once
+per pod shape (`NodeFinder._remembering`). These tests run whole cycles with the memory and
+without it and ask for the same plan, and check where the memory must stay off.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pytest
+from builders import ClusterBuilder, cluster, open_session
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from random_clusters import (
+    JobDraw,
+    QueueDraw,
+    full_cycle,
+    job_draws,
+    running_cluster,
+    scenarios,
+    with_arrivals,
+)
+
+from kai_ray.engine.node_finder import NodeFinder, score_rows
+from kai_ray.engine.plugins.registry import PLUGINS
+from kai_ray.engine.plugins.scoring import NodePlacementPlugin
+
+pytestmark = pytest.mark.unit
+
+Drawn = tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]]
+
+alike_nodes = st.tuples(
+    st.lists(st.sampled_from([4, 8]), min_size=2, max_size=6),
+    st.lists(
+        st.builds(QueueDraw, quota=st.just(-1.0), limit=st.just(-1.0), weight=st.just(1.0)),
+        min_size=3,
+        max_size=3,
+    ),
+    st.lists(job_draws, min_size=2, max_size=10),
+    st.lists(job_draws, min_size=1, max_size=8),
+)
+"""Nodes of two sizes only, so rows often reach a state another row was in."""
+
+
+def whole_plan(drawn: Drawn) -> tuple[object, ...]:
+    nodes, queues, first, later = drawn
+    plan = full_cycle(with_arrivals(running_cluster(nodes, queues, first), later)).plan
+    return (plan.binds, plan.pipelined, plan.evictions, plan.pending_reasons, plan.tasks)
+
+
+def without_memory() -> mock._patch[object]:
+    return mock.patch.object(NodeFinder, "_remembering", lambda self, frontier, task: frontier)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(scenarios, alike_nodes))
+def test_remembered_row_scores_give_the_plan_fresh_scores_give(drawn: Drawn) -> None:
+    with without_memory():
+        fresh = whole_plan(drawn)
+    assert whole_plan(drawn) == fresh
+
+
+def eight_alike_nodes() -> ClusterBuilder:
+    builder = cluster()
+    for index in range(8):
+        builder.node(f"n{index}", gpus=8)
+    return builder.queue("q").job("gang", queue="q", gpus=1.0, pods=20, min_member=20)
+
+
+def test_rows_in_a_state_seen_before_are_not_scored_again() -> None:
+    """Twenty pods on eight alike nodes: each row state is scored once, and as scoring it now gives."""
+    session = open_session(eight_alike_nodes().build())
+    task = session.jobs[0].tasks[0]
+    finder = session.node_finder
+    chosen = []
+    for pod in session.jobs[0].tasks:
+        row = finder.best(pod)
+        assert row is not None
+        chosen.append(row)
+        session.nodes.idle[row] -= pod.request
+        session.nodes.changed_rows.append(row)
+    assert finder.best(task) == 2  # takes in the last placement
+    frontier = finder._frontiers[finder._key_of(task)]
+    assert frontier.scored is not None
+    assert chosen == [0] * 8 + [1] * 8 + [2] * 4
+    assert len(frontier.scored) == 8  # 7 free GPUs down to 0 (8 free was the first full scan)
+    for row in (0, 2, 3):
+        feasible, scores = score_rows(session, task, np.array([row]))
+        assert row in frontier.current or not feasible[0]
+        if feasible[0]:
+            assert frontier.current[row] == -float(scores[0])
+
+
+def test_shared_gpu_pods_are_scored_afresh() -> None:
+    """Shared GPU groups change a row's score without changing its vectors."""
+    state = (
+        cluster().node("n0", gpus=2).node("n1", gpus=2).queue("q").job("half", queue="q", gpus=0.5).build()
+    )
+    session = open_session(state)
+    task = session.jobs[0].tasks[0]
+    finder = session.node_finder
+    assert next(finder.ordered(task), None) is not None
+    assert finder._frontiers[finder._key_of(task)].scored is None
+
+
+def test_a_subclassed_node_plugin_turns_the_memory_off() -> None:
+    """A plugin of ours with a changed score may read more of a row than its vectors."""
+
+    class SwappedPlacement(NodePlacementPlugin):
+        """Scores as ours does: only its class tells the node finder it might not."""
+
+    with mock.patch.dict(PLUGINS, {"nodeplacement": SwappedPlacement}):
+        session = open_session(eight_alike_nodes().build())
+    task = session.jobs[0].tasks[0]
+    finder = session.node_finder
+    assert finder.best(task) == 0
+    assert finder._frontiers[finder._key_of(task)].scored is None
