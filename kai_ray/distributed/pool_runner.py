@@ -150,7 +150,7 @@ def schedule_pools(
     inputs = {pool: PoolCycle(sub, config) for pool, sub in split_by_pool(state, label_key).items()}
     merged = merge_plans((runner or LocalPoolRunner()).run(schedule_pool, inputs))
     merged.problems.extend(
-        Problem("Pod", off.task, "spec.nodeName", off.describe()) for off in off_pool_tasks(state, label_key)
+        Problem("Pod", off.pod, "spec.nodeName", off.describe()) for off in off_pool_tasks(state, label_key)
     )
     return merged
 

@@ -36,14 +36,15 @@ class OffPoolTask:
     """A placed pod whose node lies in another pool than its PodGroup."""
 
     job: str
-    task: str
+    pod: str
+    """namespace/name, as the snapshot names pods in its problems."""
     node: str
     job_pool: str
     node_pool: str
 
     def describe(self) -> str:
         return (
-            f"pod {self.task!r} of PodGroup {self.job!r} (node pool {self.job_pool!r}) occupies node "
+            f"pod {self.pod!r} of PodGroup {self.job!r} (node pool {self.job_pool!r}) occupies node "
             f"{self.node!r} of node pool {self.node_pool!r}: it is held on that node, and the shard of "
             f"{self.job_pool!r} does not count it for its job or queue (KAI's would, without a node)"
         )
@@ -89,7 +90,8 @@ def off_pool_tasks(state: ClusterState, label_key: str) -> list[OffPoolTask]:
     for job in state.jobs:
         for task in _off_pool(job, nodes):
             assert task.node is not None  # _off_pool keeps placed pods only
-            found.append(OffPoolTask(job.key, task.name, task.node, job.node_pool, nodes[task.node]))
+            pod = f"{job.namespace}/{task.name}" if job.namespace else task.name
+            found.append(OffPoolTask(job.key, pod, task.node, job.node_pool, nodes[task.node]))
     return found
 
 

@@ -154,6 +154,12 @@ def test_off_pool_pods_are_reported_one_by_one() -> None:
     assert "node pool 'b'" in found[0].describe() and "'ja'" in found[0].describe()
 
 
+def test_off_pool_pods_are_named_with_their_namespace_as_the_snapshot_names_pods() -> None:
+    state = off_pool_cluster()
+    state.jobs[0] = replace(state.jobs[0], namespace="ml")
+    assert off_pool_tasks(state, KEY) == [OffPoolTask("ml/ja", "ml/ja-1", "b1", "a", "b")]
+
+
 def test_a_pod_on_a_node_that_exists_nowhere_stays_with_its_job() -> None:
     """Sharded or not, the snapshot then reports the missing node for it."""
     state = off_pool_cluster()
