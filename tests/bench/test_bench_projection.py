@@ -1,36 +1,24 @@
-"""The cycle split and the K-worker projection, on hand-made timings with known answers."""
+"""The cycle split and the K-worker projection, on hand-made timings with known answers.
+
+The timings are the Ray executor's own `BatchTiming` (constructing one starts nothing), so a
+field it gains or a change to its transfer rule is seen here."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kai_ray.bench.projection import CycleSplit, median_split, project, split_cycle
+from kai_ray.distributed.ray_executor import BatchTiming
 
 pytestmark = pytest.mark.unit
 
 
-@dataclass
-class Timing:
-    """A batch timing as the Ray executor records it, plus a field the projection must ignore."""
-
-    shard_seconds: list[float] = field(default_factory=list)
-    merge_seconds: float = 0.0
-    total_seconds: float = 0.0
-    local_seconds: float = 0.0
-
-    @property
-    def transfer_seconds(self) -> float:
-        return self.total_seconds - max(self.shard_seconds, default=0.0) - self.merge_seconds
-
-
 def test_a_cycle_splits_into_shards_merge_transfer_and_the_drivers_own_time() -> None:
     timings = [
-        Timing(shard_seconds=[0.25, 0.5], merge_seconds=0.125, total_seconds=1.0),
-        Timing(shard_seconds=[0.5, 0.25], merge_seconds=0.0, total_seconds=0.75),
+        BatchTiming(shard_seconds=[0.25, 0.5], merge_seconds=0.125, total_seconds=1.0),
+        BatchTiming(shard_seconds=[0.5, 0.25], merge_seconds=0.0, total_seconds=0.75),
     ]
     split = split_cycle(4.0, timings)
     assert split.batches == 2
@@ -45,13 +33,7 @@ def test_a_cycle_splits_into_shards_merge_transfer_and_the_drivers_own_time() ->
 def test_time_inside_a_call_that_no_shard_merge_or_transfer_explains_counts_as_the_drivers() -> None:
     # A batch whose total includes work the driver did itself (a failed shard's rows ranked
     # in-process): the timing's own transfer leaves it out, so it stays serial.
-    @dataclass
-    class WithLocal(Timing):
-        @property
-        def transfer_seconds(self) -> float:
-            return super().transfer_seconds - self.local_seconds
-
-    split = split_cycle(2.0, [WithLocal(shard_seconds=[0.25], total_seconds=1.0, local_seconds=0.5)])
+    split = split_cycle(2.0, [BatchTiming(shard_seconds=[0.25], total_seconds=1.0, local_seconds=0.5)])
     assert split.transfer_seconds == 0.25
     assert split.driver_serial_seconds == pytest.approx(2.0 - 0.25 - 0.25)
 

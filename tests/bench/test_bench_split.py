@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -9,19 +10,9 @@ import pytest
 from kai_ray.bench.runner import run_compare, run_shape
 from kai_ray.distributed.executor import LocalExecutor
 from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskShape
+from kai_ray.distributed.ray_executor import BatchTiming
 
 pytestmark = pytest.mark.unit
-
-
-@dataclass
-class Timing:
-    shard_seconds: list[float]
-    merge_seconds: float
-    total_seconds: float
-
-    @property
-    def transfer_seconds(self) -> float:
-        return self.total_seconds - max(self.shard_seconds) - self.merge_seconds
 
 
 @dataclass
@@ -32,19 +23,36 @@ class RecordingExecutor(LocalExecutor):
     shard_times: list[float]
     calls: list[int] = field(default_factory=list)
     """Shared between executors: the shard count of each batch, in the order they came."""
-    timings: list[Timing] = field(default_factory=list)
+    timings: list[BatchTiming] = field(default_factory=list)
     fallbacks: int = 0
     closed: bool = False
 
     def rank_shapes(
         self, nodes: NodeRows, ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
     ) -> list[RankedRows] | None:
-        self.timings.append(Timing(list(self.shard_times), 0.001, 0.01))
+        self.timings.append(BatchTiming(list(self.shard_times), merge_seconds=0.001, total_seconds=0.01))
         self.calls.append(len(self.shard_times))
         return None
 
     def close(self) -> None:
         self.closed = True
+
+
+@dataclass
+class Maker:
+    """The factory `run_compare` is given: makes recording executors and keeps them."""
+
+    shard_times: Callable[[int], list[float]] = lambda count: [0.001] * count
+    refuse_above: int | None = None
+    """A shard count above which making an executor fails, as a Ray that cannot start would."""
+    made: list[RecordingExecutor] = field(default_factory=list)
+    calls: list[int] = field(default_factory=list)
+
+    def __call__(self, count: int) -> RecordingExecutor:
+        if self.refuse_above is not None and count > self.refuse_above:
+            raise RuntimeError("no room for another shard")
+        self.made.append(RecordingExecutor(self.shard_times(count), self.calls))
+        return self.made[-1]
 
 
 def test_each_cycle_is_split_by_the_batches_it_made_not_by_earlier_ones() -> None:
@@ -74,15 +82,10 @@ def test_each_cycle_is_split_by_the_batches_it_made_not_by_earlier_ones() -> Non
 
 
 def test_compare_times_local_one_and_k_shards_in_turns_and_closes_each_executor() -> None:
-    made: list[RecordingExecutor] = []
-    calls: list[int] = []
-
-    def sharded(count: int) -> RecordingExecutor:
-        # Every shard pays 1 ms; 2 ms of work divides over the shards.
-        made.append(RecordingExecutor([0.001 + 0.002 / count] * count, calls))
-        return made[-1]
-
-    results = run_compare("kai-allocate-4x10", 2, sharded, 2)
+    # Every shard pays 1 ms; 2 ms of work divides over the shards.
+    maker = Maker(shard_times=lambda count: [0.001 + 0.002 / count] * count)
+    made, calls = maker.made, maker.calls
+    results = run_compare("kai-allocate-4x10", 2, maker, 2)
     assert [(r.executor, r.shards) for r in results] == [("local", 1), ("ray", 1), ("ray", 2)]
     assert [len(e.shard_times) for e in made] == [1, 2]
     assert all(e.closed for e in made)
@@ -108,40 +111,23 @@ def test_compare_times_local_one_and_k_shards_in_turns_and_closes_each_executor(
 
 
 def test_compare_with_one_shard_runs_it_once() -> None:
-    made: list[RecordingExecutor] = []
-
-    def sharded(count: int) -> RecordingExecutor:
-        made.append(RecordingExecutor([0.001] * count))
-        return made[-1]
-
-    results = run_compare("kai-allocate-4x10", 1, sharded, 1)
+    maker = Maker()
+    results = run_compare("kai-allocate-4x10", 1, maker, 1)
     assert [(r.executor, r.shards) for r in results] == [("local", 1), ("ray", 1)]
-    assert len(made) == 1
+    assert len(maker.made) == 1
     assert results[1].projection is not None
     assert "one run with 1 shard" in results[1].projection.basis
 
 
 def test_compare_refuses_churn_shapes_before_making_an_executor() -> None:
-    made: list[RecordingExecutor] = []
-
-    def sharded(count: int) -> RecordingExecutor:
-        made.append(RecordingExecutor([0.001] * count))
-        return made[-1]
-
+    maker = Maker()
     with pytest.raises(ValueError, match="churn shapes"):
-        run_compare("churn-4x8", 1, sharded, 2)
-    assert not made
+        run_compare("churn-4x8", 1, maker, 2)
+    assert not maker.made
 
 
 def test_an_executor_that_fails_to_start_still_has_the_others_closed() -> None:
-    made: list[RecordingExecutor] = []
-
-    def sharded(count: int) -> RecordingExecutor:
-        if count > 1:
-            raise RuntimeError("no room for another shard")
-        made.append(RecordingExecutor([0.001] * count))
-        return made[-1]
-
+    maker = Maker(refuse_above=1)
     with pytest.raises(RuntimeError, match="no room"):
-        run_compare("kai-allocate-4x10", 1, sharded, 2)
-    assert [e.closed for e in made] == [True]
+        run_compare("kai-allocate-4x10", 1, maker, 2)
+    assert [e.closed for e in maker.made] == [True]
