@@ -357,8 +357,9 @@ def bench(
         bool,
         typer.Option(
             "--compare",
-            help="Time the local executor, then Ray with 1 and --shards shards, on the same shape; "
-            "prints each median over the local one and a projection fitted on both Ray runs.",
+            help="Time the local executor and Ray with 1 and --shards shards on the same shape, their "
+            "cycles taking turns; prints each median over the local one and a projection fitted on both "
+            "Ray runs.",
         ),
     ] = False,
     kube: Annotated[
