@@ -156,15 +156,15 @@ class Projection:
     """`D`: the critical path's divisible shard work at the reference shard count."""
     reference_shards: int = 1
 
+    merge_per_shard_seconds: float = 0.0
+    transfer_fixed_seconds: float = 0.0
+    transfer_per_shard_seconds: float = 0.0
+
     @property
     def imbalance(self) -> float:
         """The slowest shard's divisible work over the even share, at the reference shard count."""
         even = self.divisible_shard_seconds / self.reference_shards
         return self.critical_divisible_seconds / even if even > 0 else 1.0
-
-    merge_per_shard_seconds: float = 0.0
-    transfer_fixed_seconds: float = 0.0
-    transfer_per_shard_seconds: float = 0.0
 
     def as_json(self) -> dict[str, float]:
         """`projected_cycle_seconds`: worker counts as strings, as JSON object keys must be."""
@@ -191,7 +191,7 @@ def project(measured: Mapping[int, CycleSplit], workers: Sequence[int] = PROJECT
     one = measured.get(1)
     if shards > 1 and one is not None and one.batches:
         fixed = (total_work - sum(one.shard_seconds)) / (shards - 1)
-        fixed = min(max(0.0, fixed), min(ref.shard_seconds))
+        fixed = min(max(0.0, fixed), min(ref.shard_seconds, default=0.0))
         per_shard_transfer = max(0.0, (ref.transfer_seconds - one.transfer_seconds) / (shards - 1))
         fixed_transfer = ref.transfer_seconds - per_shard_transfer * shards
         if fixed_transfer < 0:

@@ -177,6 +177,15 @@ def test_more_workers_never_remove_the_drivers_serial_time() -> None:
     assert min(projection.cycle_seconds.values()) > TWO.driver_serial_seconds
 
 
+def test_a_cycle_whose_shards_all_failed_projects_its_driver_time() -> None:
+    # Every shard call failed (the lead's executor then records no shard seconds) and the
+    # driver ranked the rows itself: nothing divides, the cycle stays what it was.
+    failed = CycleSplit(cycle_seconds=3.0, batches=1, waiting_seconds=1.0)
+    projection = project({1: ONE, 2: failed})
+    assert projection.fixed_shard_seconds == 0.0
+    assert projection.cycle_seconds == {k: 3.0 for k in (1, 2, 4, 8)}
+
+
 def test_no_measurement_is_refused() -> None:
     with pytest.raises(ValueError, match="no measured cycle"):
         project({})
