@@ -32,7 +32,9 @@ LOOPBACK = "127.0.0.1"
 START_TIMEOUT_SECONDS = 180.0
 """Two `ray start`s on a loaded 2-core machine take a while; a cold CI machine more."""
 QUERY_TIMEOUT_SECONDS = 120.0
-STOP_GRACE_SECONDS = 20.0
+STOP_GRACE_SECONDS = 5.0
+"""A worker node stops on SIGTERM in a second or two; the head's GCS server was seen to ignore it
+for 25 s and more, and a test cluster has nothing to save, so it is then killed."""
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
 """Small: the tests move kilobytes, and the default (30% of RAM) is shared memory others need."""
 
