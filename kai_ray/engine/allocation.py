@@ -41,7 +41,7 @@ def allocate_job(
             session.note_reason(job, problem)
             return False
     checkpoint = statement.checkpoint()
-    if any(plugin.splits_nodes(job) for plugin in session.plugins_with("splits_nodes")):
+    if _splits_nodes(session, job):
         mask = np.ones(len(session.nodes.table), dtype=bool) if node_mask is None else node_mask
         walk = _GroupWalk(session, statement, job, tasks, pipeline_only)
         failure = walk.group(job.root, tasks, mask, None)
@@ -57,6 +57,11 @@ def allocate_job(
             session.note_reason(job, _gang_reason(job, len(tasks), placed, reason))
             return False
     return True
+
+
+def _splits_nodes(session: Session, job: Job) -> bool:
+    """Over a list, not a generator: asked of every job attempt, of one plugin or two."""
+    return any([plugin.splits_nodes(job) for plugin in session.plugins_with("splits_nodes")])
 
 
 class _GroupWalk:

@@ -35,11 +35,15 @@ def tasks_to_allocate(
 
 
 def _collect(session: Session, node: SubGroupSet, extra: frozenset[int] | set[int]) -> list[Task]:
+    """Whether each member has its minimum is counted once (it counts the member's tasks): gang
+    collection runs for every job queue order weighs."""
     members = session.sorted_members(node)
-    if not node.min_satisfied():
+    satisfied = [member.min_satisfied() for member in members]
+    wanted = node.min_members()
+    if satisfied.count(True) < wanted:
         found: list[Task] = []
-        for member in members[: node.min_members()]:
-            if not member.min_satisfied():
+        for member, done in zip(members[:wanted], satisfied, strict=False):
+            if not done:
                 found.extend(_member_tasks(session, member, extra))
         return found
     for member in members:
@@ -59,10 +63,13 @@ def _member_tasks(
         for t in member.tasks
         if t.status == TaskStatus.PENDING or (t.uid in extra and t.status == TaskStatus.RELEASING)
     ]
-    pending = session.sorted_tasks(waiting)
-    if member.min_satisfied():
+    if not waiting:
+        return waiting
+    pending = session.sorted_tasks(waiting) if len(waiting) > 1 else waiting
+    have = member.active_allocated()
+    if have >= member.min_available:
         return pending[:1]
-    return pending[: member.min_available - member.active_allocated()]
+    return pending[: member.min_available - have]
 
 
 def should_pipeline(job: Job) -> bool:

@@ -172,7 +172,8 @@ class Job:
         return [t for t in self.tasks if t.status == TaskStatus.PENDING]
 
     def has_status(self, statuses: frozenset[TaskStatus]) -> bool:
-        return any(t.status in statuses for t in self.tasks)
+        # Over a list, not a generator: asked of every job the allocate action attempts.
+        return any([t.status in statuses for t in self.tasks])
 
     def is_elastic(self) -> bool:
         return any(p.min_available < len(p.tasks) for p in self.pod_sets.values())

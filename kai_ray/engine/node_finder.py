@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kai_ray.distributed.executor import LocalExecutor
 from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskShape
 from kai_ray.engine.jobs import Task
 from kai_ray.engine.plugins.base import Plugin
@@ -141,8 +142,11 @@ class NodeFinder:
         query (sorting its node selector) cost a twentieth of a small cluster's cycle."""
 
     def prepare(self, tasks: list[Task]) -> None:
-        """Let the executor rank rows for every pod shape of a batch, in one round."""
-        if self.ranking is None:
+        """Let the executor rank rows for every pod shape of a batch, in one round.
+
+        Not asked of the local executor, which declines every batch (`LocalExecutor`): the
+        node table handed over costs a pass over every row's GPU groups."""
+        if self.ranking is None or type(self.session.executor) is LocalExecutor:
             return
         counts: dict[ShapeKey, tuple[TaskShape, int]] = {}
         first: dict[ShapeKey, Task] = {}

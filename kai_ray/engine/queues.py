@@ -39,10 +39,12 @@ class QueueBook:
         self._allocatable_share = self._compute_allocatable_share()
         self.chains = {name: [self.index[q] for q in snapshot.ancestry(name)] for name in self.names}
         self.versions = [0] * count
+        self._top_level = [q.name for q in self.specs if q.parent is None]
         """Bumped on every charge to a queue's subtree: lets callers cache what depends on it."""
 
     def top_level(self) -> list[str]:
-        return [q.name for q in self.specs if q.parent is None]
+        """A new list each time (callers may keep it), of names listed once: every pop asks."""
+        return list(self._top_level)
 
     def charge(self, queue: str, vector: np.ndarray, non_preemptible: bool, sign: float = 1.0) -> None:
         # Row by row: the same sums as one fancy-indexed add (each row of a chain appears once),

@@ -7,8 +7,7 @@ vectors, GPU groups and queue accounting come back bit for bit (§3).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from kai_ray.model.objects import TaskStatus
 
@@ -17,15 +16,16 @@ if TYPE_CHECKING:
     from kai_ray.engine.session import Session
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(NamedTuple):
+    """Where a task stands. Named tuples, not frozen dataclasses: two are built per placed pod,
+    and a frozen dataclass sets each field through `object.__setattr__`."""
+
     status: TaskStatus
     node: int | None
     groups: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Operation:
+class Operation(NamedTuple):
     task: Task
     before: Placement
     after: Placement

@@ -129,5 +129,7 @@ def test_answers_remembered_per_task_are_the_ones_asked_afresh(
     tasks = {task.uid: task for job in session.jobs for task in job.tasks}
     for uid, key in finder._keys.items():
         assert key == shape_key(shape_of(tasks[uid]))
-    for uid, too_big in predicates._too_big.items():
-        assert too_big == bool((tasks[uid].request > predicates._max_allocatable + 1e-9).any())
+    for request, too_big in predicates._too_big.items():
+        vector = np.frombuffer(request)
+        assert too_big == bool((vector > predicates._max_allocatable + 1e-9).any())
+    assert set(predicates._too_big) <= {task.request.tobytes() for task in tasks.values()}

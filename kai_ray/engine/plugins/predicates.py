@@ -23,14 +23,16 @@ class PredicatesPlugin(Plugin):
     def on_session_open(self) -> None:
         self._static: dict[SignatureKey, NodeFilter] = {}
         self._max_allocatable = self.session.nodes.table.allocatable.max(axis=0, initial=0.0)
-        self._too_big: dict[int, bool] = {}
-        """Task uid → the verdict below: it reads only the task's request and the node table's
-        allocatable, neither of which changes in a session, and is asked before every placement."""
+        self._too_big: dict[bytes, bool] = {}
+        """Request (its bytes) → the verdict below: it reads only the task's request and the node
+        table's allocatable, neither of which changes in a session, and is asked before every
+        placement; alike pods share one answer."""
 
     def pre_predicate(self, task: Task) -> str | None:
-        too_big = self._too_big.get(task.uid)
+        request = task.request.tobytes()
+        too_big = self._too_big.get(request)
         if too_big is None:
-            too_big = self._too_big[task.uid] = bool((task.request > self._max_allocatable + 1e-9).any())
+            too_big = self._too_big[request] = bool((task.request > self._max_allocatable + 1e-9).any())
         return "the pod requests more than the largest node in the pool offers" if too_big else None
 
     def node_filter(self, task: Task) -> NodeFilter:
