@@ -121,13 +121,15 @@ def main() -> None:
     """Schedule GPU workloads the way KAI Scheduler does."""
 
 
-def _executor(name: ExecutorName, shards: int, address: str | None) -> Executor | None:
-    """None means the engine's default, in-process executor."""
+def _executor(
+    name: ExecutorName, shards: int, address: str | None, pool_label: str = NODE_POOL_LABEL
+) -> Executor | None:
+    """None means the engine's default, in-process executor. Ray's shards keep node pools apart."""
     if name == ExecutorName.LOCAL:
         return None
     from kai_ray.distributed.ray_executor import RayExecutor
 
-    return RayExecutor(shards, address)
+    return RayExecutor(shards, address, pool_label=pool_label)
 
 
 def _grouper_factory(
@@ -442,7 +444,12 @@ def bench(
         if compare:
             from kai_ray.distributed.ray_executor import RayExecutor
 
-            results = run_compare(shape, repeat, lambda count: RayExecutor(count, ray_address), shards)
+            results = run_compare(
+                shape,
+                repeat,
+                lambda count: RayExecutor(count, ray_address, pool_label=NODE_POOL_LABEL),
+                shards,
+            )
         else:
             chosen = _executor(executor, shards, ray_address)
             results = [run_shape(shape, repeat, chosen, shards if chosen is not None else 1)]
@@ -654,7 +661,9 @@ def serve(
         api=grpc_options(None),
         api_grouper=prepare_manifests,
     )
-    raise typer.Exit(code=serve_forever(options, _executor(executor, shards, ray_address)))
+    raise typer.Exit(
+        code=serve_forever(options, _executor(executor, shards, ray_address, nodepool_label_key))
+    )
 
 
 DEFAULT_SIM_GRPC_ADDRESS = "127.0.0.1:50051"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kai_ray.model.affinity import matches_node
-from kai_ray.model.objects import NodeSpec, TaskSpec
+from kai_ray.model.objects import NodeSpec, TaskSpec, TopologySpec
 from kai_ray.model.resources import CPU, EPSILON, GPU
 
 SHARED_GPU_FIT_SCORE = 10_000.0
@@ -85,6 +85,8 @@ class NodeRows:
     releasing: np.ndarray
     schedulable: np.ndarray
     has_open_group: np.ndarray
+    topologies: tuple[TopologySpec, ...] = ()
+    """The cluster's Topologies, so a sharded executor can keep their domains inside one shard."""
 
     def static_mask(self, shape: TaskShape, predicates: bool) -> np.ndarray:
         if not predicates:

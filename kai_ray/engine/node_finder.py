@@ -103,6 +103,7 @@ def node_rows(session: Session) -> NodeRows:
         releasing=nodes.releasing,
         schedulable=nodes.table.schedulable,
         has_open_group=has_open_group,
+        topologies=tuple(session.snapshot.topologies.values()),
     )
 
 

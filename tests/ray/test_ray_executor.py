@@ -21,12 +21,14 @@ from random_clusters import (
 from shard_clusters import facts, many_nodes
 from typer.testing import CliRunner
 
+from kai_ray.api.constants import NODE_POOL_LABEL
 from kai_ray.cli import app
 from kai_ray.cluster.sim.scenario import load_scenario
 from kai_ray.cluster.sim.simulator import SimulatedCluster
 from kai_ray.distributed.ray_executor import RayExecutor
 from kai_ray.distributed.shard_faults import ShardFault
 from kai_ray.engine.cycle import schedule
+from kai_ray.model.objects import ClusterState
 from kai_ray.model.snapshot import compile_snapshot
 from kai_ray.report.scenario_json import render_json
 
@@ -163,3 +165,39 @@ def test_cli_bench_reports_the_ray_executor_and_shards() -> None:
     row = next(line for line in result.stdout.splitlines() if line.startswith("│") and " ray " in line)
     assert "20" in row
     assert "sharded batches" in result.stdout
+
+
+def racks_interleaved() -> ClusterState:
+    """Six nodes whose racks alternate by name, so a contiguous split would cut both racks."""
+    builder = cluster().topology("racks", "zone", "rack")
+    for index in range(6):
+        labels = {"zone": "z1", "rack": f"r{index % 2}"}
+        builder.node(f"n{index:02d}", gpus=8, labels=labels)
+    return (
+        builder.queue("a", gpu_quota=48)
+        .job("gang", queue="a", gpus=4, pods=4)
+        .job("singles", queue="a", gpus=1, pods=5, min_member=1)
+        .build()
+    )
+
+
+def test_shards_hold_whole_racks_and_plan_as_in_process(sharded: Callable[[int], RayExecutor]) -> None:
+    executor = sharded(2)
+    local = schedule(compile_snapshot(racks_interleaved()), config())
+    assert facts(schedule(compile_snapshot(racks_interleaved()), config(), executor)) == facts(local)
+    assert [part.tolist() for part in executor.partitions] == [[0, 2, 4], [1, 3, 5]]
+    assert executor.batches_answered == 1
+
+
+def test_shards_keep_node_pools_apart() -> None:
+    builder = cluster()
+    for index in range(6):
+        builder.node(f"n{index:02d}", gpus=8, labels={NODE_POOL_LABEL: "a" if index in (0, 4, 5) else "b"})
+    state = builder.queue("q", gpu_quota=48).job("singles", queue="q", gpus=1, pods=3, min_member=1).build()
+    executor = RayExecutor(2, pool_label=NODE_POOL_LABEL)
+    try:
+        local = schedule(compile_snapshot(copy.deepcopy(state)), config())
+        assert facts(schedule(compile_snapshot(state), config(), executor)) == facts(local)
+        assert [part.tolist() for part in executor.partitions] == [[0, 4, 5], [1, 2, 3]]
+    finally:
+        executor.close()
