@@ -75,8 +75,8 @@ def _member_tasks(
 def should_pipeline(job: Job) -> bool:
     """A gang whose minimum relies on a pipelined task must not bind any part yet (§8.4)."""
     for pod_set in job.pod_sets.values():
-        has_pipelined = any(t.status == TaskStatus.PIPELINED for t in pod_set.tasks)
-        if not has_pipelined:
+        # A list, not a generator under `any`: asked after every job the allocate action places.
+        if TaskStatus.PIPELINED not in [t.status for t in pod_set.tasks]:
             continue
         placed_now = pod_set.active_allocated() - pod_set.count(frozenset({TaskStatus.PIPELINED}))
         if placed_now < pod_set.min_available:

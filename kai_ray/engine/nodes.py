@@ -129,13 +129,16 @@ class NodeState:
             self._apply_groups(task.uid, task.spec, task.groups, task.status, row, sign)
 
     def _charge(self, row: int, request: np.ndarray, status: TaskStatus, sign: float) -> None:
+        # Adding takes the request itself (the same floats as 1.0 times it), without a new array:
+        # this runs for every pod placed.
+        delta = request if sign == 1.0 else sign * request
         if status == TaskStatus.RELEASING:
-            self.releasing[row] += sign * request
-            self.idle[row] -= sign * request
+            self.releasing[row] += delta
+            self.idle[row] -= delta
         elif status == TaskStatus.PIPELINED:
-            self.releasing[row] -= sign * request
+            self.releasing[row] -= delta
         else:
-            self.idle[row] -= sign * request
+            self.idle[row] -= delta
 
     def _apply_groups(
         self,

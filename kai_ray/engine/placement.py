@@ -58,7 +58,7 @@ def place_task(
         if reason:
             return reason
     row = best
-    starts_now = bool((task.request <= session.nodes.idle[row] + EPSILON).all())
+    starts_now = bool(np.logical_and.reduce(task.request <= session.nodes.idle[row] + EPSILON))
     if starts_now and not pipeline_only:
         statement.allocate(task, row)
     else:

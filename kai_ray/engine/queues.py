@@ -49,7 +49,8 @@ class QueueBook:
     def charge(self, queue: str, vector: np.ndarray, non_preemptible: bool, sign: float = 1.0) -> None:
         # Row by row: the same sums as one fancy-indexed add (each row of a chain appears once),
         # without building an index array for the two or three rows of a chain on every move.
-        delta = sign * vector
+        # A charge adds the vector itself: the same floats as 1.0 times it, without a new array.
+        delta = vector if sign == 1.0 else sign * vector
         for row in self.chains[queue]:
             self.versions[row] += 1
             self.allocated[row] += delta
