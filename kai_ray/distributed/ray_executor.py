@@ -128,8 +128,9 @@ def merge(answers: list[RankedRows]) -> RankedRows:
 
 @dataclass
 class BatchTiming:
-    """Where one batch's time went: each answering shard's compute, the merge, the partitions
-    the driver ranked itself, and (engine side) the total. The rest of the total is moving
+    """Where one batch's time went: each shard's compute (by shard index; 0 for a shard whose
+    reply was not used), the merge, the partitions the driver ranked itself, and (engine side)
+    the total. The rest of the total is moving
     deltas and answers between processes."""
 
     shard_seconds: list[float] = field(default_factory=list)
@@ -200,9 +201,10 @@ class Coordinator:
                 faults[index] = fault or ShardFault.EMPTY
         started = time.perf_counter()
         merged = [merge([reply.answers[i] for _, reply in sound]) for i in range(len(shapes))]
-        timing = BatchTiming(
-            shard_seconds=[reply.seconds for _, reply in sound], merge_seconds=time.perf_counter() - started
-        )
+        shard_seconds = [0.0] * len(self.partitions)
+        for index, reply in sound:
+            shard_seconds[index] = reply.seconds
+        timing = BatchTiming(shard_seconds=shard_seconds, merge_seconds=time.perf_counter() - started)
         return BatchReply(merged, [index for index, _ in sound], faults, timing)
 
     @staticmethod

@@ -101,6 +101,7 @@ def test_a_coordinator_that_drops_a_shard_is_caught(faulty: Make) -> None:
     assert sharded_facts(executor) == in_process_facts()
     assert executor.faults == {ShardFault.MISSING: 1}
     assert executor.batches_answered == 1
+    assert executor.timings[-1].shard_seconds[0] > 0 == executor.timings[-1].shard_seconds[1]
 
 
 def test_a_shard_killed_mid_cycle_leaves_the_cycle_complete_and_is_replaced(faulty: Make) -> None:
