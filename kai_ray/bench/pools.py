@@ -19,7 +19,7 @@ from rich.table import Table
 
 from kai_ray.api.constants import NODE_POOL_LABEL
 from kai_ray.bench.shapes import build_shape
-from kai_ray.distributed.pool_runner import (
+from kai_ray.cluster.pool_runner import (
     LocalPoolRunner,
     PoolCycle,
     PoolRunner,

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from kai_ray.api.constants import NODE_POOL_LABEL
 from kai_ray.bench.shapes import build_shape
 from kai_ray.cli import app
-from kai_ray.distributed.pool_runner import (
+from kai_ray.cluster.pool_runner import (
     LocalPoolRunner,
     PoolCycle,
     RayPoolRunner,
