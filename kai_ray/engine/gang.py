@@ -35,29 +35,40 @@ def tasks_to_allocate(
 
 
 def _collect(session: Session, node: SubGroupSet, extra: frozenset[int] | set[int]) -> list[Task]:
-    """Whether each member has its minimum is counted once (it counts the member's tasks): gang
-    collection runs for every job queue order weighs."""
+    """Each member's allocated pods are counted once, for whether it has its minimum and for how
+    many it still needs: gang collection runs for every job queue order weighs."""
     members = session.sorted_members(node)
-    satisfied = [member.min_satisfied() for member in members]
-    wanted = node.min_members()
+    counts: list[int | None] = []
+    satisfied: list[bool] = []
+    for member in members:
+        if isinstance(member, PodSet):
+            allocated = member.active_allocated()
+            counts.append(allocated)
+            satisfied.append(allocated >= member.min_available)
+        else:
+            counts.append(None)
+            satisfied.append(member.min_satisfied())
+    wanted = len(members) if node.min_subgroups is None else node.min_subgroups
     if satisfied.count(True) < wanted:
         found: list[Task] = []
-        for member, done in zip(members[:wanted], satisfied, strict=False):
+        for member, have, done in zip(members[:wanted], counts, satisfied, strict=False):
             if not done:
-                found.extend(_member_tasks(session, member, extra))
+                found.extend(_member_tasks(session, member, have, extra))
         return found
-    for member in members:
-        tasks = _member_tasks(session, member, extra)
+    for member, have in zip(members, counts, strict=True):
+        tasks = _member_tasks(session, member, have, extra)
         if tasks:
             return tasks
     return []
 
 
 def _member_tasks(
-    session: Session, member: SubGroupSet | PodSet, extra: frozenset[int] | set[int]
+    session: Session, member: SubGroupSet | PodSet, have: int | None, extra: frozenset[int] | set[int]
 ) -> list[Task]:
+    """`have`: a pod set's allocated pods, as `_collect` counted them (None for a SubGroupSet)."""
     if isinstance(member, SubGroupSet):
         return _collect(session, member, extra)
+    assert have is not None  # counted for every pod set
     waiting = [
         t
         for t in member.tasks
@@ -66,7 +77,6 @@ def _member_tasks(
     if not waiting:
         return waiting
     pending = session.sorted_tasks(waiting) if len(waiting) > 1 else waiting
-    have = member.active_allocated()
     if have >= member.min_available:
         return pending[:1]
     return pending[: member.min_available - have]

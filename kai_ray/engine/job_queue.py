@@ -43,8 +43,25 @@ class JobQueue:
         """Queue → pushes and pops so far in its subtree."""
         self._choices: dict[str, tuple[tuple[int, int], Best | None]] = {}
         """Parent queue → (its version and stamp then, the best below it then)."""
+        self._push_all(jobs)
+
+    def _push_all(self, jobs: list[Job]) -> None:
+        """What pushing each job in turn leaves, made in one pass: each leaf's heap heapified at
+        once (entries are unique by sequence number, so pops come in the same order whatever the
+        heap's layout) and each queue stamped once by its count (only a stamp's changes are ever
+        read)."""
+        counts: dict[str, int] = {}
         for job in jobs:
-            self.push(job)
+            entry = (self.session.job_order_key(job), next(self._sequence), job)
+            self._heaps.setdefault(job.queue, []).append(entry)
+            counts[job.queue] = counts.get(job.queue, 0) + 1
+        for heap in self._heaps.values():
+            heapq.heapify(heap)
+        book = self.session.queues
+        for leaf, count in counts.items():
+            for row in book.chains[leaf]:
+                name = book.names[row]
+                self._stamps[name] = self._stamps.get(name, 0) + count
 
     def push(self, job: Job) -> None:
         self._next_request.pop(job, None)

@@ -190,11 +190,14 @@ class Job:
 
 def elastic_rank(counts: list[tuple[int, int]]) -> int:
     """0 below the gang minimum, 1 exactly at it, 2 above (§5.3 elastic order); pairs are (have, need)."""
-    if any(have < need for have, need in counts):
-        return 0
-    if all(have == need for have, need in counts):
-        return 1
-    return 2
+    # One loop, not `any` and `all` over generators: job order asks it of every pending job.
+    rank = 1
+    for have, need in counts:
+        if have < need:
+            return 0
+        if have != need:
+            rank = 2
+    return rank
 
 
 def _compute_task_request(spec: TaskSpec) -> np.ndarray:

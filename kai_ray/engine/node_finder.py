@@ -21,7 +21,7 @@ import numpy as np
 
 from kai_ray.distributed.executor import LocalExecutor
 from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskShape
-from kai_ray.engine.jobs import Task
+from kai_ray.engine.jobs import Job, Task
 from kai_ray.engine.plugins.base import Plugin
 from kai_ray.engine.plugins.predicates import PredicatesPlugin
 from kai_ray.engine.plugins.scoring import (
@@ -142,16 +142,17 @@ class NodeFinder:
         request and spec do not change within a session, and building the key again for each
         query (sorting its node selector) cost a twentieth of a small cluster's cycle."""
 
-    def prepare(self, tasks: list[Task]) -> None:
-        """Let the executor rank rows for every pod shape of a batch, in one round.
+    def prepare(self, jobs: list[Job]) -> None:
+        """Let the executor rank rows for every pod shape of the jobs' pending pods, in one round.
 
         Not asked of the local executor, which declines every batch (`LocalExecutor`): the
-        node table handed over costs a pass over every row's GPU groups."""
+        node table handed over costs a pass over every row's GPU groups, and listing the
+        pending pods a pass over every job's."""
         if self.ranking is None or type(self.session.executor) is LocalExecutor:
             return
         counts: dict[ShapeKey, tuple[TaskShape, int]] = {}
         first: dict[ShapeKey, Task] = {}
-        for task in tasks:
+        for task in [task for job in jobs for task in job.pending_tasks()]:
             if task.is_shared_gpu:
                 continue
             key = self._key_of(task)

@@ -58,7 +58,12 @@ def place_task(
         if reason:
             return reason
     row = best
-    starts_now = bool(np.logical_and.reduce(task.request <= session.nodes.idle[row] + EPSILON))
+    # Over plain floats: the same IEEE sums and comparisons as the numpy expression, without
+    # four numpy calls on a vector of four (asked for every pod placed).
+    idle = session.nodes.idle[row].tolist()
+    starts_now = all(
+        [wanted <= free + EPSILON for wanted, free in zip(task.request.tolist(), idle, strict=True)]
+    )
     if starts_now and not pipeline_only:
         statement.allocate(task, row)
     else:

@@ -19,13 +19,17 @@ from builders import cluster, config
 from hypothesis import HealthCheck, given, settings
 from random_clusters import JobDraw, QueueDraw, full_cycle, running_cluster, scenarios, with_arrivals
 
-from kai_ray.cluster.sim.simulator import SimulatedCluster
+from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
 from kai_ray.engine.cycle import open_session
 from kai_ray.engine.job_queue import Best, JobQueue
+from kai_ray.engine.jobs import Job
 from kai_ray.engine.node_finder import shape_key, shape_of
 from kai_ray.engine.plugins.predicates import PredicatesPlugin
-from kai_ray.engine.plugins.proportion import ProportionPlugin
+from kai_ray.engine.plugins.proportion import ZERO_SHARE_PENALTY, ProportionPlugin
 from kai_ray.engine.reasons import PendingCause
+from kai_ray.engine.session import Session
+from kai_ray.model.objects import UNLIMITED
+from kai_ray.model.resources import EPSILON
 from kai_ray.model.snapshot import compile_snapshot
 
 pytestmark = pytest.mark.unit
@@ -45,17 +49,30 @@ class FreshWalkQueue(JobQueue):
         return super()._best_in(queue)
 
 
+class OneByOneQueue(JobQueue):
+    """Pushes its first jobs one at a time, as later pushes are, instead of heapifying them."""
+
+    def _push_all(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            self.push(job)
+
+
 @contextmanager
-def fresh_walks() -> Iterator[None]:
+def fresh_walks(queue: type[JobQueue] = FreshWalkQueue) -> Iterator[None]:
     with ExitStack() as stack:
         for user in JOB_QUEUE_USERS:
-            stack.enter_context(mock.patch(user, FreshWalkQueue))
+            stack.enter_context(mock.patch(user, queue))
         yield
 
 
-def whole_plan(drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]]) -> tuple[object, ...]:
+def cycled(drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]]) -> CycleResult:
+    """A whole cycle over the drawn cluster, its arrivals included."""
     nodes, queues, first, later = drawn
-    plan = full_cycle(with_arrivals(running_cluster(nodes, queues, first), later)).plan
+    return full_cycle(with_arrivals(running_cluster(nodes, queues, first), later))
+
+
+def whole_plan(drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]]) -> tuple[object, ...]:
+    plan = cycled(drawn).plan
     return (plan.binds, plan.pipelined, plan.evictions, plan.pending_reasons, plan.tasks)
 
 
@@ -67,6 +84,16 @@ def test_remembered_queue_choices_pop_jobs_as_a_fresh_walk_does(
     with fresh_walks():
         walked = whole_plan(drawn)
     assert whole_plan(drawn) == walked
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_jobs_heapified_at_once_pop_as_jobs_pushed_one_by_one(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+) -> None:
+    with fresh_walks(OneByOneQueue):
+        pushed = whole_plan(drawn)
+    assert whole_plan(drawn) == pushed
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -122,8 +149,7 @@ def test_answers_remembered_per_task_are_the_ones_asked_afresh(
     drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
 ) -> None:
     """The node finder's shape keys and the predicates' size verdicts, after a whole cycle."""
-    nodes, queues, first, later = drawn
-    session = full_cycle(with_arrivals(running_cluster(nodes, queues, first), later)).session
+    session = cycled(drawn).session
     finder = session.node_finder
     predicates = next(p for p in session.plugins if isinstance(p, PredicatesPlugin))
     tasks = {task.uid: task for job in session.jobs for task in job.tasks}
@@ -133,3 +159,47 @@ def test_answers_remembered_per_task_are_the_ones_asked_afresh(
         vector = np.frombuffer(request)
         assert too_big == bool((vector > predicates._max_allocatable + 1e-9).any())
     assert set(predicates._too_big) <= {task.request.tobytes() for task in tasks.values()}
+
+
+def spelled_out_queue_key(session: Session, queue: str, job: np.ndarray) -> tuple[object, ...]:
+    """§5.2 rules 1-6 over the book's numpy vectors, read afresh: what the plugin's plain-float
+    pass over the terms it settled at opening must give, bit for bit."""
+    book = session.queues
+    row = book.index[queue]
+    used, share = book.allocated[row], book.allocatable_share(row)
+    after = used + job
+    deserved = book.deserved[row]
+    bound = np.where(share == UNLIMITED, session.fairness_totals(), share)
+
+    def dominant(vector: np.ndarray) -> float:
+        return max(
+            value * ZERO_SHARE_PENALTY if limit == 0 else value / limit
+            for value, limit in zip(vector.tolist(), bound.tolist(), strict=True)
+        )
+
+    return (
+        bool((book.fair_share[row] < used).all()),
+        not bool(((deserved == UNLIMITED) | (after <= deserved + EPSILON)).all()),
+        -book.specs[row].priority,
+        bool(((share == 0) & (after > 0)).any()),
+        dominant(after),
+        dominant(used),
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_queue_order_keys_are_the_spelled_out_rules(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+) -> None:
+    """After a whole cycle, for every queue and every job's request (and none)."""
+    session = cycled(drawn).session
+    proportion = next(p for p in session.plugins if isinstance(p, ProportionPlugin))
+    requests = [np.zeros(3)] + [
+        session.fairness_request(job.tasks, session.min_gpu_memory) for job in session.jobs
+    ]
+    for queue in session.queues.names:
+        for request in requests:
+            assert proportion.queue_order_key(queue, request) == spelled_out_queue_key(
+                session, queue, request
+            )

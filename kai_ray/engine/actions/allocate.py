@@ -42,7 +42,7 @@ def pending_ready_jobs(session: Session) -> list[Job]:
 
 def allocate(session: Session) -> None:
     jobs = pending_ready_jobs(session)
-    session.node_finder.prepare([task for job in jobs for task in job.pending_tasks()])
+    session.node_finder.prepare(jobs)
     queue = JobQueue(session, jobs)
     while (job := queue.pop()) is not None:
         statement = Statement(session)

@@ -15,6 +15,8 @@ from kai_ray.model.objects import UNLIMITED
 from kai_ray.model.resources import EPSILON, FAIRNESS_RESOURCES
 
 ZERO_SHARE_PENALTY = 1000.0
+"""A dominant share's term is what a queue uses of what it may take; where it may take none, the
+use itself, heavily penalised."""
 
 
 class ProportionPlugin(Plugin):
@@ -30,46 +32,57 @@ class ProportionPlugin(Plugin):
         """Queue → whether a queue of its chain has a limit: limits are fixed for the session, and
         a preemptible job under no limit has nothing to check, which is most jobs of most
         clusters (the check ran twice per placed pod)."""
-        self._shares = [book.allocatable_share(row).tolist() for row in range(len(book.names))]
-        self._fair = book.fair_share.tolist()
-        self._deserved = book.deserved.tolist()
+        shares = [book.allocatable_share(row).tolist() for row in range(len(book.names))]
         totals = self.session.fairness_totals().tolist()
-        self._bounds = [
+        self._order_terms = [
             [
-                total if entitled == UNLIMITED else entitled
-                for entitled, total in zip(row, totals, strict=True)
+                (
+                    entitled == 0,
+                    total if entitled == UNLIMITED else entitled,
+                    fair,
+                    None if deserved == UNLIMITED else deserved + EPSILON,
+                )
+                for entitled, total, fair, deserved in zip(
+                    shares[row],
+                    totals,
+                    book.fair_share[row].tolist(),
+                    book.deserved[row].tolist(),
+                    strict=True,
+                )
             ]
-            for row in self._shares
+            for row in range(len(book.names))
         ]
-        """What queue order reads besides allocations, as plain floats: settled once fair shares
-        are, so the order of every pop does not convert them again."""
+        """Per queue row and resource, what queue order reads besides allocations, as plain floats
+        settled once fair shares are: whether the queue is entitled to none, the bound its share
+        divides by (the cluster's total where unlimited), its fair share and its deserved quota
+        plus the tolerance (None where unlimited). Every pop reads them for two queues or more."""
 
     def queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey:
         """§5.2 rules 1-6 as a sort key: smaller goes first.
 
-        Plain floats, not numpy: this runs for every queue on every pop and
-        the vectors have three entries.
+        Plain floats, not numpy, and one pass without helper calls: this runs for every queue
+        whose accounting changed on every pop, and the vectors have three entries.
         """
         book = self.session.queues
         row = book.index[queue]
-        allocated = book.allocated[row].tolist()
         with_job_terms, allocated_terms = [], []
         over_utilized, starved, zero_share_used = True, True, False
-        for used, wanted, entitled, bound, fair, deserved in zip(
-            allocated,
-            job.tolist(),
-            self._shares[row],
-            self._bounds[row],
-            self._fair[row],
-            self._deserved[row],
-            strict=True,
+        for used, wanted, (entitled_none, bound, fair, ceiling) in zip(
+            book.allocated[row].tolist(), job.tolist(), self._order_terms[row], strict=True
         ):
             after = used + wanted
-            over_utilized = over_utilized and fair < used
-            starved = starved and (deserved == UNLIMITED or after <= deserved + EPSILON)
-            zero_share_used = zero_share_used or (entitled == 0 and after > 0)
-            with_job_terms.append(_share_term(after, bound))
-            allocated_terms.append(_share_term(used, bound))
+            if over_utilized and not fair < used:
+                over_utilized = False
+            if starved and ceiling is not None and not after <= ceiling:
+                starved = False
+            if entitled_none and after > 0:
+                zero_share_used = True
+            if bound == 0:
+                with_job_terms.append(after * ZERO_SHARE_PENALTY)
+                allocated_terms.append(used * ZERO_SHARE_PENALTY)
+            else:
+                with_job_terms.append(after / bound)
+                allocated_terms.append(used / bound)
         return (
             over_utilized,
             not starved,
@@ -137,12 +150,6 @@ class ProportionPlugin(Plugin):
                 )
                 return PendingReason(PendingCause.NON_PREEMPTIBLE_OVER_QUOTA, message)
         return None
-
-
-def _share_term(used: float, bound: float) -> float:
-    """One resource's term of a dominant share: `used` of what the queue may take (`bound`, the
-    cluster's total where its share is unlimited), heavily penalised where it may take none."""
-    return used * ZERO_SHARE_PENALTY if bound == 0 else used / bound
 
 
 def _describe(
