@@ -120,8 +120,15 @@ def _resource(quota: ResourceQuota, scale: float = 1.0) -> dict[str, int | float
     }
 
 
+def _pool(node_pool: str) -> dict[str, str]:
+    """`nodePool` only when set: the conformance format does not know it, and shapes without
+    pools must stay valid scenarios for it."""
+    return {"nodePool": node_pool} if node_pool else {}
+
+
 def _queue(queue: QueueSpec) -> dict[str, Any]:
     return {
+        **_pool(queue.node_pool),
         "name": queue.name,
         "parent": queue.parent,
         "priority": queue.priority,
@@ -137,6 +144,7 @@ def _queue(queue: QueueSpec) -> dict[str, Any]:
 def _job(job: JobSpec, now: float) -> dict[str, Any]:
     """Shapes only build single-pod-set gangs, so `minMember` (the default pod set's size) says it all."""
     return {
+        **_pool(job.node_pool),
         "name": job.name,
         "namespace": job.namespace,
         "queue": job.queue,

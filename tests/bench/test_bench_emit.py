@@ -69,6 +69,13 @@ def test_emitted_scenario_loads_back_to_the_same_cluster_and_config(name: str, t
     assert scenario.cycles == 1
 
 
+def test_a_pools_shape_loads_back_with_its_pools(tmp_path: Path) -> None:
+    shape = build_shape("pools-2x2x4")
+    loaded = load_scenario(_emit("pools-2x2x4", tmp_path)).state
+    assert {job.node_pool for job in loaded.jobs} == {job.node_pool for job in shape.state.jobs} != {""}
+    assert loaded == shape.state
+
+
 def test_emission_is_byte_for_byte_reproducible(tmp_path: Path) -> None:
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir()
