@@ -48,7 +48,7 @@ def _collect(session: Session, node: SubGroupSet, extra: frozenset[int] | set[in
         else:
             counts.append(None)
             satisfied.append(member.min_satisfied())
-    wanted = len(members) if node.min_subgroups is None else node.min_subgroups
+    wanted = node.min_members()
     if satisfied.count(True) < wanted:
         found: list[Task] = []
         for member, have, done in zip(members[:wanted], counts, satisfied, strict=False):

@@ -122,7 +122,8 @@ class SubGroupSet:
         return [*self.sets, *self.pod_sets]
 
     def min_members(self) -> int:
-        return len(self.members) if self.min_subgroups is None else self.min_subgroups
+        # Counted without building `members`: asked of every job on each readiness and gang check.
+        return len(self.sets) + len(self.pod_sets) if self.min_subgroups is None else self.min_subgroups
 
     def satisfied_members(self) -> int:
         return len([m for m in self.members if m.min_satisfied()])

@@ -128,7 +128,6 @@ class _Frontier:
 class NodeFinder:
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.ranking = node_ranking(session)
         self._frontiers: dict[ShapeKey, _Frontier] = {}
         self._keys: dict[int, ShapeKey] = {}
         self._plain_plugins = all(
@@ -145,10 +144,13 @@ class NodeFinder:
     def prepare(self, jobs: list[Job]) -> None:
         """Let the executor rank rows for every pod shape of the jobs' pending pods, in one round.
 
-        Not asked of the local executor, which declines every batch (`LocalExecutor`): the
-        node table handed over costs a pass over every row's GPU groups, and listing the
-        pending pods a pass over every job's."""
-        if self.ranking is None or type(self.session.executor) is LocalExecutor:
+        Not asked of the local executor, which declines every batch (`LocalExecutor`): what
+        asking takes would go unused, the plugins' ranking recipe, the list of pending pods and
+        the node table (a pass over every row's GPU groups)."""
+        if type(self.session.executor) is LocalExecutor:
+            return
+        ranking = node_ranking(self.session)
+        if ranking is None:
             return
         counts: dict[ShapeKey, tuple[TaskShape, int]] = {}
         first: dict[ShapeKey, Task] = {}
@@ -167,7 +169,7 @@ class NodeFinder:
         keys = sorted(counts, key=repr)
         shapes = [counts[k][0] for k in keys]
         answers = self.session.executor.rank_shapes(
-            node_rows(self.session), self.ranking, shapes, [counts[k][1] for k in keys]
+            node_rows(self.session), ranking, shapes, [counts[k][1] for k in keys]
         )
         if answers is None:
             return
