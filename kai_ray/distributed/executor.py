@@ -10,7 +10,8 @@ against its bound, so the chosen nodes never depend on the executor.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -30,6 +31,13 @@ class Executor(Protocol):
         None means "rank them yourself, in-process, when asked" (what a local executor does).
         """
         ...
+
+
+@runtime_checkable
+class CountsShardFaults(Protocol):
+    """An executor whose shards can fail: running totals of faulty replies, by kind, for metrics."""
+
+    faults: Mapping[str, int]
 
 
 class LocalExecutor:

@@ -155,6 +155,14 @@ class SchedulerMetrics:
             namespace=namespace,
             registry=stamped,
         )
+        self.shard_faults = Counter(
+            "ray_node_shard_faults_total",
+            "Node shard replies left out of a batch (their rows ranked in-process), by fault.",
+            ["fault"],
+            namespace=namespace,
+            registry=stamped,
+        )
+        self._shard_faults_seen: dict[str, int] = {}
 
     # ------------------------------------------------------------------ observations
     def observe_cycle(
@@ -235,6 +243,15 @@ class SchedulerMetrics:
         """One bind attempt: its latency always, and whether the pod actually got bound."""
         self.bind_latency.observe(seconds * 1000)
         (self.bound if succeeded else self.bind_failures).inc()
+
+    def observe_shard_faults(self, totals: Mapping[str, int]) -> None:
+        """Catch the counter up with an executor's running totals of shard faults, by kind."""
+        with self._lock:
+            for fault, total in sorted(totals.items()):
+                added = total - self._shard_faults_seen.get(fault, 0)
+                if added > 0:
+                    self.shard_faults.labels(fault=fault).inc(added)
+                    self._shard_faults_seen[fault] = total
 
     def observe_blocked_evictions(self, count: int) -> None:
         self.evictions_blocked.inc(count)

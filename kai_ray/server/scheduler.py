@@ -50,7 +50,7 @@ from kai_ray.cluster.kube.status import (
     queue_usage_from_book,
     split_job_key,
 )
-from kai_ray.distributed.executor import Executor
+from kai_ray.distributed.executor import CountsShardFaults, Executor
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.engine.session import Session
@@ -527,6 +527,8 @@ class KubeScheduler:
             metrics.observe_bind(outcome.phase == "Succeeded", outcome.seconds)
         metrics.observe_evictions(_evicted_podgroups(plan, applied, refs))
         metrics.observe_blocked_evictions(len(applied.blocked))
+        if isinstance(self.executor, CountsShardFaults):
+            metrics.observe_shard_faults(self.executor.faults)
         metrics.set_tracked(self.tracked())
 
 

@@ -27,10 +27,12 @@ from faulty_shards import (
 from shard_clusters import facts, many_nodes
 
 from kai_ray.cluster.sim.simulator import SimulatedCluster
+from kai_ray.distributed.executor import CountsShardFaults
 from kai_ray.distributed.ray_executor import Coordinator, NodeShard, RayExecutor
 from kai_ray.distributed.shard_faults import ShardFault
 from kai_ray.engine.cycle import schedule
 from kai_ray.model.snapshot import compile_snapshot
+from kai_ray.server.metrics import SchedulerMetrics
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("local_ray")]
 
@@ -73,6 +75,10 @@ def test_a_shard_that_answers_nothing_is_caught(faulty: Make) -> None:
     assert executor.faults == {ShardFault.EMPTY: 2}
     assert executor.batches_answered == 0
     assert executor.timings[-1].local_seconds > 0
+    assert isinstance(executor, CountsShardFaults)
+    metrics = SchedulerMetrics()
+    metrics.observe_shard_faults(executor.faults)
+    assert metrics.registry.get_sample_value("kai_ray_node_shard_faults_total", {"fault": "empty"}) == 2.0
 
 
 def test_a_shard_answering_from_rows_it_missed_updates_of_is_caught(faulty: Make) -> None:

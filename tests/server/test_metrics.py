@@ -237,6 +237,16 @@ def test_blocked_evictions_tracked_objects_and_leadership(metrics: SchedulerMetr
     assert samples(metrics)["kai_ray_leader"] == {labels(): 0.0}
 
 
+def test_shard_faults_follow_the_executors_running_totals(metrics: SchedulerMetrics) -> None:
+    metrics.observe_shard_faults({"died": 1})
+    metrics.observe_shard_faults({"died": 1})
+    metrics.observe_shard_faults({"died": 3, "stale": 1})
+    assert samples(metrics)["kai_ray_node_shard_faults_total"] == {
+        labels(fault="died"): 3.0,
+        labels(fault="stale"): 1.0,
+    }
+
+
 def test_another_namespace_prefixes_every_name() -> None:
     metrics = SchedulerMetrics(namespace="acme")
     observe(metrics, *reclaim_cycle())
