@@ -73,16 +73,9 @@ class RayPoolRunner:
     ) -> None:
         import ray
 
-        from kai_ray.distributed.ray_executor import LOCAL_RAY
+        from kai_ray.distributed.ray_executor import join_ray
 
-        if not ray.is_initialized():
-            # As RayExecutor: no address means a local instance, never a stale recorded cluster.
-            ray.init(
-                address=address or LOCAL_RAY,
-                include_dashboard=False,
-                log_to_driver=False,
-                ignore_reinit_error=True,
-            )
+        join_ray(address)
         self._remote_call: Any = ray.remote(_call)
         self.timeout_seconds = timeout_seconds
         self.fallbacks: list[str] = []

@@ -241,6 +241,21 @@ LOCAL_RAY = "local"
 """`ray.init`'s address for a new instance of this process's own."""
 
 
+def join_ray(address: str | None) -> None:
+    """Join the Ray cluster at `address`, or start a local instance, unless this process already has.
+
+    Without an address Ray would join whatever cluster /tmp/ray last recorded, a dead one
+    included; a local instance is what no `--ray-address` means.
+    """
+    if not ray.is_initialized():
+        ray.init(
+            address=address or LOCAL_RAY,
+            include_dashboard=False,
+            log_to_driver=False,
+            ignore_reinit_error=True,
+        )
+
+
 class RayExecutor:
     """Ranks node rows in K Ray shard actors; see the module docstring.
 
@@ -263,15 +278,7 @@ class RayExecutor:
     ) -> None:
         if shards < 1:
             raise ValueError(f"shards must be at least 1, got {shards}")
-        if not ray.is_initialized():
-            # Without an address Ray would join whatever cluster /tmp/ray last recorded, a dead one
-            # included; a local instance is what no `--ray-address` means.
-            ray.init(
-                address=address or LOCAL_RAY,
-                include_dashboard=False,
-                log_to_driver=False,
-                ignore_reinit_error=True,
-            )
+        join_ray(address)
         self.shards = shards
         self._pool_label = pool_label
         self._partitioned: tuple[list[NodeSpec], tuple[TopologySpec, ...], list[np.ndarray]] | None = None

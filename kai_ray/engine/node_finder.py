@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -117,7 +117,6 @@ class _Frontier:
     current: dict[int, float]
     bound: RankKey | None
     cursor: int
-    stale: set[int] = field(default_factory=set)
     scored: dict[RowState, tuple[bool, float]] | None = None
     """Row state → (feasible, score) for this shape, when the score is known to read nothing
     else (`NodeFinder._remembering`); None otherwise."""
@@ -130,6 +129,9 @@ class NodeFinder:
         self.session = session
         self._frontiers: dict[ShapeKey, _Frontier] = {}
         self._keys: dict[int, ShapeKey] = {}
+        """Task uid → its shape key: a task's request and spec do not change within a session,
+        and building the key again for each query (sorting its node selector) cost a twentieth
+        of a small cluster's cycle."""
         self._plain_plugins = all(
             type(p) in KNOWN_NODE_PLUGINS for p in session.plugins if _scores_or_filters_nodes(p)
         )
@@ -137,9 +139,7 @@ class NodeFinder:
         subclass), whose score of a whole-GPU pod reads only the row's allocatable, idle and
         releasing vectors and a node filter fixed for the session."""
         self._allocatable: list[bytes] | None = None
-        """Task uid → its shape key, filled by `prepare` for the batch's pending tasks: a task's
-        request and spec do not change within a session, and building the key again for each
-        query (sorting its node selector) cost a twentieth of a small cluster's cycle."""
+        """Each row's allocatable vector as bytes, part of the row states `_remembering` keys on."""
 
     def prepare(self, jobs: list[Job]) -> None:
         """Let the executor rank rows for every pod shape of the jobs' pending pods, in one round.
@@ -187,38 +187,22 @@ class NodeFinder:
         """The best feasible row for the task, or None when no row fits: the first row `ordered`
         gives, without a generator (asked once per pod that shares no GPU)."""
         key = self._key_of(task)
-        frontier = self._frontiers.get(key)
-        if frontier is None:
-            frontier = self._exact(task, key)
-        self._refresh(task, frontier)
-        while True:
-            heap, current = frontier.heap, frontier.current
-            while heap and current.get(heap[0][1]) != heap[0][0]:
-                heapq.heappop(heap)
-            if frontier.bound is not None and (not heap or heap[0] > frontier.bound):
-                frontier = self._exact(task, key)
-                continue
-            return heap[0][1] if heap else None
+        frontier = self._settled(task, key, self._refreshed(task, key))
+        return frontier.heap[0][1] if frontier.heap else None
 
     def ordered(self, task: Task) -> Generator[int, None, None]:
         """Feasible rows best first, produced lazily; the heap is left as it was found."""
         key = self._key_of(task)
-        frontier = self._frontiers.get(key)
-        if frontier is None:
-            frontier = self._exact(task, key)
-        self._refresh(task, frontier)
+        frontier = self._refreshed(task, key)
         taken: list[RankKey] = []
         yielded: set[int] = set()
         try:
             while True:
-                while frontier.heap and frontier.current.get(frontier.heap[0][1]) != frontier.heap[0][0]:
-                    heapq.heappop(frontier.heap)
-                if frontier.bound is not None and (not frontier.heap or frontier.heap[0] > frontier.bound):
+                settled = self._settled(task, key, frontier)
+                if settled is not frontier:
                     for entry in taken:
                         heapq.heappush(frontier.heap, entry)
-                    taken = []
-                    frontier = self._exact(task, key)
-                    continue
+                    taken, frontier = [], settled
                 if not frontier.heap:
                     return
                 entry = heapq.heappop(frontier.heap)
@@ -229,6 +213,25 @@ class NodeFinder:
         finally:
             for entry in taken:
                 heapq.heappush(frontier.heap, entry)
+
+    def _refreshed(self, task: Task, key: ShapeKey) -> _Frontier:
+        """The shape's frontier with the rows changed since it last looked re-scored."""
+        frontier = self._frontiers.get(key)
+        if frontier is None:
+            frontier = self._exact(task, key)
+        self._refresh(task, frontier)
+        return frontier
+
+    def _settled(self, task: Task, key: ShapeKey, frontier: _Frontier) -> _Frontier:
+        """The frontier with outdated entries dropped from its top, or an exact one in its place
+        once its best no longer beats what the executor left out (`bound`)."""
+        while True:
+            heap, current = frontier.heap, frontier.current
+            while heap and current.get(heap[0][1]) != heap[0][0]:
+                heapq.heappop(heap)
+            if frontier.bound is None or (heap and heap[0] <= frontier.bound):
+                return frontier
+            frontier = self._exact(task, key)
 
     def _exact(self, task: Task, key: ShapeKey) -> _Frontier:
         rows = self.session.all_rows()

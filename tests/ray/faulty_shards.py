@@ -67,36 +67,37 @@ class StrayShard(NodeShard):
         return ShardReply(answers, reply.digest, reply.seconds)
 
 
-class CrashingShard(NodeShard):
-    """Ends its own process on its second batch: a shard killed in the middle of a cycle."""
+class FailsOnSecondBatch(NodeShard):
+    """Answers its first batch, then fails the second the way `fail` says: in mid-cycle."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls = 0
+
+    def fail(self) -> None:
+        raise NotImplementedError
 
     def rank(
         self, delta: ShardDelta, ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
     ) -> ShardReply:
         self.calls += 1
         if self.calls == 2:
-            os._exit(1)
+            self.fail()
         return super().rank(delta, ranking, shapes, copies)
 
 
-class HangingShard(NodeShard):
-    """Never answers its second batch: a shard stuck in the middle of a cycle."""
+class CrashingShard(FailsOnSecondBatch):
+    """Its process ends: a shard killed in the middle of a cycle."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
+    def fail(self) -> None:
+        os._exit(1)
 
-    def rank(
-        self, delta: ShardDelta, ranking: NodeRanking, shapes: list[TaskShape], copies: list[int]
-    ) -> ShardReply:
-        self.calls += 1
-        if self.calls == 2:
-            threading.Event().wait()
-        return super().rank(delta, ranking, shapes, copies)
+
+class HangingShard(FailsOnSecondBatch):
+    """Never answers: a shard stuck in the middle of a cycle."""
+
+    def fail(self) -> None:
+        threading.Event().wait()
 
 
 class ForgetfulCoordinator(Coordinator):
