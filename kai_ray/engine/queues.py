@@ -19,6 +19,7 @@ from kai_ray.model.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from kai_ray.engine.booking import BookedSums
+    from kai_ray.engine.part_basis import PartBasis
 
 
 class QueueBook:
@@ -68,6 +69,12 @@ class QueueBook:
         self.request += sums.requested
         counts = sums.charge_counts.tolist()
         self.versions = [version + count for version, count in zip(self.versions, counts, strict=True)]
+
+    def add_outside(self, basis: PartBasis) -> None:
+        """Add what the rest of the cluster's jobs hold and ask (a session over one part of it)."""
+        self.allocated += basis.allocated
+        self.allocated_non_preemptible += basis.allocated_non_preemptible
+        self.request += basis.requested
 
     def compute_fair_shares(self, totals: np.ndarray, k_value: float) -> None:
         nodes = [

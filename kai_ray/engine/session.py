@@ -21,6 +21,7 @@ from kai_ray.engine.job_pool import JobPool
 from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task
 from kai_ray.engine.node_finder import NodeFinder
 from kai_ray.engine.nodes import NodeState
+from kai_ray.engine.part_basis import PartBasis
 from kai_ray.engine.plugins.base import OrderKey, Plugin
 from kai_ray.engine.plugins.registry import plugin_class
 from kai_ray.engine.queues import QueueBook
@@ -44,8 +45,11 @@ class Session:
         executor: Executor | None = None,
         pool: JobPool | None = None,
         usage: QueueUsage | None = None,
+        basis: PartBasis | None = None,
     ) -> None:
         self.snapshot = snapshot
+        self.basis = basis
+        """The rest of the cluster when this session schedules one part of it (`PartBasis`)."""
         self.config = config
         self.executor: Executor = executor or LocalExecutor()
         self.now = snapshot.now
@@ -87,6 +91,8 @@ class Session:
         memories = [m for m in snapshot.nodes.gpu_memory if m > DEFAULT_GPU_MEMORY_MIB]
         self.min_gpu_memory = float(min(memories, default=DEFAULT_GPU_MEMORY_MIB))
         self.max_gpu_memory = float(max(memories, default=DEFAULT_GPU_MEMORY_MIB))
+        if basis is not None:
+            self.min_gpu_memory, self.max_gpu_memory = basis.min_gpu_memory, basis.max_gpu_memory
         self._build_jobs(pool)
         self.plugins = self._build_plugins()
         self._in_session = True
@@ -112,6 +118,8 @@ class Session:
             self.nodes.add(task)  # its GPU groups are booked one by one
         self.nodes.open_with(opening.sums.used, opening.sums.releasing)
         self.queues.open_with(opening.sums)
+        if self.basis is not None:
+            self.queues.add_outside(self.basis)
         self._charged_at_open = opening.charged
         self._pending = dict(opening.pending)
         self._position = opening.positions
@@ -228,6 +236,8 @@ class Session:
     # ------------------------------------------------------------------ resource views
     @functools.cached_property
     def _fairness_totals(self) -> np.ndarray:
+        if self.basis is not None:
+            return self.basis.totals
         table = self.snapshot.nodes
         ready = table.allocatable[table.schedulable]
         totals = np.array([ready[:, CPU].sum(), ready[:, MEMORY].sum(), ready[:, GPU].sum()])
