@@ -19,7 +19,7 @@ from kai_ray.api.scheduler_conf import SchedulerConfigError, load_scheduler_conf
 from kai_ray.api.usage_db import parse_duration
 from kai_ray.bench.emit import write_scenario
 from kai_ray.bench.render import render_results
-from kai_ray.bench.runner import run_compare, run_shape
+from kai_ray.bench.runner import BenchResult, run_compare, run_shape, run_split_compare, run_split_shape
 from kai_ray.bench.shapes import SHAPES, build_shape
 from kai_ray.cli_api import Output, OutputOption
 from kai_ray.cli_help import KaiRayTyper
@@ -32,6 +32,7 @@ from kai_ray.engine.usage import UsageRecorder
 from kai_ray.model.objects import ClusterState
 from kai_ray.report.scenario_json import render_json
 from kai_ray.report.table import render_table, terminal_console
+from kai_ray.split.cycle import LocalParts, SplitCycles
 
 if TYPE_CHECKING:
     from kai_ray.cluster.kube.grouping import PodGrouper
@@ -63,6 +64,7 @@ ShardsOption = Annotated[int, typer.Option("--shards", min=1, help="Node shards 
 class ShardBy(enum.StrEnum):
     NONE = "none"
     NODE_POOL = "node-pool"
+    JOBS = "jobs"
 
 
 ShardByOption = Annotated[
@@ -71,7 +73,8 @@ ShardByOption = Annotated[
         "--shard-by",
         help=f"node-pool: schedule each node pool ({NODE_POOL_LABEL} label on nodes, queues, PodGroups) "
         "whole as its own shard, as KAI's SchedulingShards do; with --executor ray, one Ray task per "
-        "pool (--shards is then unused).",
+        "pool (--shards is then unused). jobs (bench only): split cycles, nodes and jobs dealt to "
+        "--shards parts that allocate in parallel (Ray actors with --executor ray), see docs/sharding.md.",
     ),
 ]
 RayAddressOption = Annotated[
@@ -441,6 +444,16 @@ def bench(
         if shard_by == ShardBy.NODE_POOL:
             _bench_pools(shape, repeat, executor == ExecutorName.RAY, ray_address, json_file)
             return
+        if shard_by == ShardBy.JOBS:
+            split = _split_cycles(executor, shards, ray_address)
+            results = (
+                run_split_compare(shape, repeat, split)
+                if compare
+                else [run_split_shape(shape, repeat, split)]
+            )
+            render_results(shape, results, terminal_console())
+            _write_results(json_file, shape, results)
+            return
         if compare:
             from kai_ray.distributed.ray_executor import RayExecutor
 
@@ -456,6 +469,10 @@ def bench(
     except ValueError as exc:
         _fail([str(exc)])
     render_results(shape, results, terminal_console())
+    _write_results(json_file, shape, results)
+
+
+def _write_results(json_file: Path | None, shape: str, results: list[BenchResult]) -> None:
     if json_file is not None:
         document = (
             results[0].as_json()
@@ -463,6 +480,15 @@ def bench(
             else {"shape": shape, "results": [r.as_json() for r in results]}
         )
         json_file.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def _split_cycles(executor: ExecutorName, parts: int, address: str | None) -> SplitCycles:
+    """Split cycles over `parts` parts: Ray actors, or in turn in this process (the reference)."""
+    if executor == ExecutorName.LOCAL:
+        return SplitCycles(parts, LocalParts(NODE_POOL_LABEL))
+    from kai_ray.split.ray_parts import RayParts
+
+    return SplitCycles(parts, RayParts(parts, address, pool_label=NODE_POOL_LABEL))
 
 
 def _bench_pools(

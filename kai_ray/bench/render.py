@@ -68,6 +68,11 @@ def _notes(result: BenchResult, console: Console) -> None:
     if result.sharding is not None:
         split = ", ".join(f"{key} {value:.3f}" for key, value in result.sharding.items())
         console.print(f"{label} sharded batches (medians): {split}", soft_wrap=True)
+    if result.split_cycles is not None:
+        steps = ", ".join(f"{key} {value:.3f}" for key, value in result.split_cycles.items())
+        console.print(
+            f"{label} split cycle (medians; prepare_s is outside the cycle): {steps}", soft_wrap=True
+        )
     if result.full_rebuild is not None:
         rebuilt = result.full_rebuild
         console.print(

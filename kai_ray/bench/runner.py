@@ -23,6 +23,7 @@ from kai_ray.bench.shapes import build_shape
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import schedule
 from kai_ray.model.snapshot import compile_snapshot
+from kai_ray.split.cycle import SplitCycles
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,11 @@ class BenchResult:
     """The cycle projected for 1, 2, 4 and 8 workers from `time_split` (see `projection`)."""
     ratio_to_local: float | None = None
     """With `--compare`: this median over the local executor's median from the same run."""
+    split_cycles: dict[str, float] | None = None
+    """With `--shard-by jobs`: median seconds of the split cycle's steps (`parts`, `accept`,
+    `merge`, and `fallback`, the local cycle run when the parts left a pod pending),
+    `prepare_s` (bringing the parts' replicas to the snapshot, outside the timed cycle like
+    compiling the snapshot), and counts of fallbacks, unsplit cycles and part faults."""
 
     def as_json(self) -> dict[str, object]:
         document = asdict(self)
@@ -120,14 +126,47 @@ def run_compare(
     ]
 
 
+def run_split_shape(name: str, repeat: int, split: SplitCycles) -> BenchResult:
+    """`repeat` split cycles over `split.count` parts (see `run_split_compare` for the turns)."""
+    if churn_sizes(name) is not None:
+        raise ValueError(f"{name}: split cycles are timed on generated shapes, not churn shapes")
+    cycles = _Cycles(None, split.count, split)
+    try:
+        for _ in range(repeat):
+            cycles.time_one(name)
+    finally:
+        split.close()
+    return cycles.result(name)
+
+
+def run_split_compare(name: str, repeat: int, split: SplitCycles) -> list[BenchResult]:
+    """The local engine and split cycles over `split.count` parts on the same shape, cycles
+    taking turns (as `run_compare`); the split result gets its median over the local one's."""
+    if churn_sizes(name) is not None:
+        raise ValueError(f"{name}: split cycles are timed on generated shapes, not churn shapes")
+    timed = [_Cycles(None, 1), _Cycles(None, split.count, split)]
+    try:
+        for _ in range(repeat):
+            for cycles in timed:
+                cycles.time_one(name)
+    finally:
+        split.close()
+    local, sharded = (cycles.result(name) for cycles in timed)
+    base = local.median_cycle_seconds
+    return [local, replace(sharded, ratio_to_local=sharded.median_cycle_seconds / base if base else 0.0)]
+
+
 @dataclass
 class _Cycles:
     """The cycles timed so far with one executor, and what the last one placed and evicted."""
 
     executor: Executor | None
     shards: int
+    split: SplitCycles | None = None
+    """Split cycles instead of the engine's one session (`executor` is then None)."""
     runs: list[float] = field(default_factory=list)
     splits: list[CycleSplit] = field(default_factory=list)
+    prepares: list[float] = field(default_factory=list)
     placed: int = 0
     evicted: int = 0
 
@@ -136,8 +175,15 @@ class _Cycles:
         snapshot = compile_snapshot(shape.state)
         config = shape.config
         already = _timings_count(self.executor)
+        if self.split is not None:
+            started = time.perf_counter()
+            self.split.prepare(snapshot)
+            self.prepares.append(time.perf_counter() - started)
         started = time.perf_counter()
-        plan = schedule(snapshot, config, self.executor)
+        if self.split is not None:
+            plan = self.split.schedule(snapshot, config)
+        else:
+            plan = schedule(snapshot, config, self.executor)
         self.runs.append(time.perf_counter() - started)
         self.splits.append(split_cycle(self.runs[-1], _timings_since(self.executor, already)))
         self.placed = len(plan.binds) + len(plan.pipelined)
@@ -148,7 +194,7 @@ class _Cycles:
         split = median_split(self.splits)
         return BenchResult(
             shape=name,
-            executor="local" if self.executor is None else "ray",
+            executor=self._executor_name(),
             shards=self.shards,
             runs=self.runs,
             median_cycle_seconds=median,
@@ -157,9 +203,32 @@ class _Cycles:
             evictions=self.evicted,
             peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             sharding=_sharding(self.executor),
-            time_split=split,
-            projection=project({self.shards: split}),
+            time_split=split if self.split is None else None,
+            projection=project({self.shards: split}) if self.split is None else None,
+            split_cycles=self._split_medians(),
         )
+
+    def _executor_name(self) -> str:
+        if self.split is not None:
+            return f"split-{self.split.runner.name}"
+        return "local" if self.executor is None else "ray"
+
+    def _split_medians(self) -> dict[str, float] | None:
+        if self.split is None:
+            return None
+        timings = self.split.timings
+        medians = {
+            f"{step}_s": statistics.median(getattr(t, step) for t in timings) if timings else 0.0
+            for step in ("parts", "accept", "merge", "fallback")
+        }
+        faults = getattr(self.split.runner, "faults", {})
+        return {
+            **medians,
+            "prepare_s": statistics.median(self.prepares),
+            "fallbacks": float(self.split.fallbacks),
+            "local_cycles": float(self.split.local_cycles),
+            "faults": float(sum(faults.values())),
+        }
 
 
 def _run_churn_shape(

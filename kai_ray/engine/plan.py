@@ -107,13 +107,21 @@ def build_plan(session: Session) -> Plan:
         job.plan_states = states
     for job in session.jobs_with_pending_tasks():
         plan.pending_reasons[job.key] = session.job_reason(job) or NOT_REACHED
-    for problem in session.snapshot.problems:
+    for name, waiting in problem_reasons(session.snapshot.problems).items():
+        plan.pending_reasons.setdefault(name, waiting)
+    return plan
+
+
+def problem_reasons(problems: list[Problem]) -> dict[str, PendingReason]:
+    """Why each PodGroup the snapshot left out waits (the first problem of each)."""
+    reasons: dict[str, PendingReason] = {}
+    for problem in problems:
         if problem.kind == "PodGroup":
             missing_queue = problem.field == "spec.queue"
             cause = PendingCause.QUEUE_DOES_NOT_EXIST if missing_queue else PendingCause.INVALID
             message = f"not scheduled: {problem.field}: {problem.message}"
-            plan.pending_reasons.setdefault(problem.name, PendingReason(cause, message))
-    return plan
+            reasons.setdefault(problem.name, PendingReason(cause, message))
+    return reasons
 
 
 NOT_REACHED = PendingReason(

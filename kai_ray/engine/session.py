@@ -30,7 +30,7 @@ from kai_ray.engine.statement import Operation, Placement
 from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import QUEUE_CHARGING, TaskStatus
 from kai_ray.model.resources import CPU, GPU, MEMORY
-from kai_ray.model.snapshot import Snapshot
+from kai_ray.model.snapshot import NodeTable, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +88,11 @@ class Session:
         self.simulating = False
         self._in_session = False
         self._plugins_open = False
-        memories = [m for m in snapshot.nodes.gpu_memory if m > DEFAULT_GPU_MEMORY_MIB]
-        self.min_gpu_memory = float(min(memories, default=DEFAULT_GPU_MEMORY_MIB))
-        self.max_gpu_memory = float(max(memories, default=DEFAULT_GPU_MEMORY_MIB))
-        if basis is not None:
-            self.min_gpu_memory, self.max_gpu_memory = basis.min_gpu_memory, basis.max_gpu_memory
+        self.min_gpu_memory, self.max_gpu_memory = (
+            gpu_memory_bounds(snapshot.nodes)
+            if basis is None
+            else (basis.min_gpu_memory, basis.max_gpu_memory)
+        )
         self._build_jobs(pool)
         self.plugins = self._build_plugins()
         self._in_session = True
@@ -236,18 +236,7 @@ class Session:
     # ------------------------------------------------------------------ resource views
     @functools.cached_property
     def _fairness_totals(self) -> np.ndarray:
-        if self.basis is not None:
-            return self.basis.totals
-        table = self.snapshot.nodes
-        ready = table.allocatable[table.schedulable]
-        totals = np.array([ready[:, CPU].sum(), ready[:, MEMORY].sum(), ready[:, GPU].sum()])
-        for pod in self.snapshot.held:
-            row = table.index[pod.task.node] if pod.task.node is not None else None
-            if pod.foreign and row is not None and table.schedulable[row]:
-                task = pod.task
-                totals -= (task.cpu_millis, task.memory, task.accepted_gpus(float(table.gpu_memory[row])))
-        remaining: np.ndarray = np.maximum(totals, 0.0)
-        return remaining
+        return cluster_fairness_totals(self.snapshot) if self.basis is None else self.basis.totals
 
     def fairness_totals(self) -> np.ndarray:
         """Cluster capacity queues divide (§6.1): allocatable of the ready nodes, less what
@@ -441,3 +430,29 @@ class Session:
             yield
         finally:
             self.simulating = previous
+
+
+def gpu_memory_bounds(table: NodeTable) -> tuple[float, float]:
+    """The smallest and largest GPU memory of the nodes that report one (the default otherwise):
+    a pending pod's GPU-memory request counts as a share of the smallest, queue order weighs it
+    on the largest."""
+    memories = [m for m in table.gpu_memory if m > DEFAULT_GPU_MEMORY_MIB]
+    return (
+        float(min(memories, default=DEFAULT_GPU_MEMORY_MIB)),
+        float(max(memories, default=DEFAULT_GPU_MEMORY_MIB)),
+    )
+
+
+def cluster_fairness_totals(snapshot: Snapshot) -> np.ndarray:
+    """Cluster capacity queues divide (§6.1): allocatable of the ready nodes, less what other
+    schedulers' pods hold on them."""
+    table = snapshot.nodes
+    ready = table.allocatable[table.schedulable]
+    totals = np.array([ready[:, CPU].sum(), ready[:, MEMORY].sum(), ready[:, GPU].sum()])
+    for pod in snapshot.held:
+        row = table.index[pod.task.node] if pod.task.node is not None else None
+        if pod.foreign and row is not None and table.schedulable[row]:
+            task = pod.task
+            totals -= (task.cpu_millis, task.memory, task.accepted_gpus(float(table.gpu_memory[row])))
+    remaining: np.ndarray = np.maximum(totals, 0.0)
+    return remaining

@@ -1,0 +1,62 @@
+"""The coordinator's step: accept the parts' placements under the queue rules they cannot see.
+
+Each part's session knew every queue's sums at the start of the cycle but not what the other
+parts placed during it, so two parts can each stay within a queue's limit (or a non-preemptible
+job within its queue's deserved quota) and together exceed it. Jobs are accepted whole, highest
+priority first, then oldest, then by name (the order jobs are dealt in), charging what their
+placed pods take in the queue and every ancestor, with the very checks of the proportion plugin
+(`ProportionPlugin._capacity_problem`, spec §6.4, invariants 14 and 15). A refused job keeps
+none of its placements and waits for the whole-cluster pass. A job whose queue chain has no
+limit and that is preemptible cannot be refused, which is most jobs of most clusters.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from kai_ray.engine.queues import QueueBook
+from kai_ray.model.objects import UNLIMITED, JobSpec
+from kai_ray.model.resources import EPSILON
+from kai_ray.model.snapshot import Snapshot
+from kai_ray.split.basis import QueueSums
+from kai_ray.split.part import PlacedPod
+
+
+def accept(
+    snapshot: Snapshot, jobs: dict[str, JobSpec], placed: list[PlacedPod], opening: QueueSums
+) -> set[str]:
+    """The keys of the jobs, among those with `placed` pods, that are refused."""
+    book = QueueBook(snapshot)
+    limited = {name: bool((book.limit[chain] != UNLIMITED).any()) for name, chain in book.chains.items()}
+    allocated = opening.allocated.copy()
+    protected = opening.allocated_non_preemptible.copy()
+    charges: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(3))
+    requests: dict[str, dict[str, tuple[float, float]]] = {}
+    for job_key, task_name, _node, _groups, gpus in placed:
+        job = jobs[job_key]
+        if job.preemptible and not limited[job.queue]:
+            continue
+        if job_key not in requests:
+            requests[job_key] = {t.name: (t.cpu_millis, t.memory) for t in job.tasks}
+        cpu, memory = requests[job_key][task_name]
+        charges[job_key] += (cpu, memory, gpus)
+    refused = set()
+    order = sorted(charges, key=lambda key: (-jobs[key].priority, jobs[key].created, key))
+    for key in order:
+        job, charge = jobs[key], charges[key]
+        chain = book.chains[job.queue]
+        if _over(book.limit[chain], allocated[chain], charge) or (
+            not job.preemptible and _over(book.deserved[chain], protected[chain], charge)
+        ):
+            refused.add(key)
+            continue
+        allocated[chain] += charge
+        if not job.preemptible:
+            protected[chain] += charge
+    return refused
+
+
+def _over(bound: np.ndarray, used: np.ndarray, charge: np.ndarray) -> bool:
+    return bool(((bound != UNLIMITED) & (charge > 0) & (used + charge > bound + EPSILON)).any())

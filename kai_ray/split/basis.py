@@ -1,0 +1,93 @@
+"""The whole cluster's numbers each part's session starts from (`PartBasis`).
+
+Each part's jobs hold and ask something of their queues; a part's session books its own jobs
+itself and is handed the sums of every other part's jobs and of the jobs kept for the
+whole-cluster pass. The sums follow the session's own booking rules (`booking.book_job`): a
+placed pod in a queue-charging status charges its queue with the GPUs it is granted on its
+node, a pending pod asks for its GPUs on the smallest GPU, and every charge goes to the leaf
+queue and each ancestor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kai_ray.engine.part_basis import PartBasis
+from kai_ray.engine.session import cluster_fairness_totals, gpu_memory_bounds
+from kai_ray.model.objects import QUEUE_CHARGING, JobSpec, TaskStatus
+from kai_ray.model.snapshot import Snapshot
+
+COLUMNS = 3
+
+
+@dataclass(frozen=True)
+class QueueSums:
+    """Per queue row (queue names sorted) × (cpu, memory, gpu), leaf and ancestors alike."""
+
+    allocated: np.ndarray
+    allocated_non_preemptible: np.ndarray
+    requested: np.ndarray
+
+    def __add__(self, other: QueueSums) -> QueueSums:
+        return QueueSums(
+            self.allocated + other.allocated,
+            self.allocated_non_preemptible + other.allocated_non_preemptible,
+            self.requested + other.requested,
+        )
+
+    def __sub__(self, other: QueueSums) -> QueueSums:
+        return QueueSums(
+            self.allocated - other.allocated,
+            self.allocated_non_preemptible - other.allocated_non_preemptible,
+            self.requested - other.requested,
+        )
+
+
+def queue_sums(snapshot: Snapshot, jobs: list[JobSpec]) -> QueueSums:
+    names = sorted(snapshot.queues)
+    index = {name: row for row, name in enumerate(names)}
+    leaf = np.zeros((3, len(names), COLUMNS))
+    minimum, _ = gpu_memory_bounds(snapshot.nodes)
+    table = snapshot.nodes
+    for job in jobs:
+        row = index[job.queue]
+        for task in job.tasks:
+            if task.node is not None and task.status in QUEUE_CHARGING:
+                gpus = task.accepted_gpus(float(table.gpu_memory[table.index[task.node]]))
+                charge = (task.cpu_millis, task.memory, gpus)
+                leaf[0, row] += charge
+                if not job.preemptible:
+                    leaf[1, row] += charge
+                leaf[2, row] += charge
+            elif task.status == TaskStatus.PENDING:
+                leaf[2, row] += (task.cpu_millis, task.memory, task.accepted_gpus(minimum))
+    chains = np.zeros((len(names), len(names)))
+    for name, row in index.items():
+        for ancestor in snapshot.ancestry(name):
+            chains[index[ancestor], row] = 1.0
+    up = np.einsum("al,slc->sac", chains, leaf)
+    return QueueSums(up[0], up[1], up[2])
+
+
+def part_bases(snapshot: Snapshot, own: list[QueueSums], kept: QueueSums) -> list[PartBasis]:
+    """For each part: the cluster's totals and GPU memory bounds, and every other part's sums
+    plus the kept jobs' (what the part's session adds to its own booking)."""
+    totals = cluster_fairness_totals(snapshot)
+    minimum, maximum = gpu_memory_bounds(snapshot.nodes)
+    everything = sum(own, kept)
+    bases = []
+    for sums in own:
+        others = everything - sums
+        bases.append(
+            PartBasis(
+                totals,
+                minimum,
+                maximum,
+                others.allocated,
+                others.allocated_non_preemptible,
+                others.requested,
+            )
+        )
+    return bases

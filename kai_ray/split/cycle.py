@@ -1,0 +1,153 @@
+"""A split cycle: parts allocate in parallel, the coordinator accepts, or the local engine decides.
+
+1. Every part (`Replica`) derives the same layout from the same snapshot: node partitions
+   (whole Topology domains, pools apart), each job dealt to one part, each part's basis.
+2. Each part runs the allocate action over its nodes and jobs (`allocate_part`), in parallel.
+3. The coordinator accepts their placements under the queue rules the parts could not see
+   together (`accept`).
+4. If that placed every pending pod, the plan is those placements (`merge`). Otherwise, or if a
+   job was kept or refused, the cycle is the local engine's over the whole snapshot.
+
+So a split cycle's plan is either exactly the local engine's or one that places every pending
+pod: no plan can place more, at any priority. Where it places them can differ from the local
+engine (a job's best node may lie in another part); every invariant of the spec still holds
+(docs/sharding.md, "Split cycles"). A snapshot is split only when that can pay and cannot change
+who gets in: at least `min_pending_pods` pending pods, all of them fitting the free CPU and GPUs
+together (so no queue order or fair share decides between jobs), and no gang below its minimum
+(stale gang eviction needs the whole session). Otherwise the cycle is local from the start.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kai_ray.api.config import SchedulerConfig
+from kai_ray.engine.cycle import schedule
+from kai_ray.engine.plan import Plan
+from kai_ray.fairshare.usage import QueueUsage
+from kai_ray.model.objects import TaskStatus
+from kai_ray.model.snapshot import Snapshot
+from kai_ray.split.accept import accept
+from kai_ray.split.deal import demand_fits, has_stale_gang
+from kai_ray.split.merge import accepted_pods, jobs_by_key, parts_plan
+from kai_ray.split.part import PartAnswer
+from kai_ray.split.replica import Replica, SplitLayout
+
+MIN_PENDING_PODS = 1000
+"""Below this many pending pods a cycle is not split (see the module docstring)."""
+
+
+class PartRunner(Protocol):
+    """Keeps the parts' replicas in step and has them answer a cycle."""
+
+    name: str
+
+    def prepare(self, snapshot: Snapshot) -> int:
+        """Bring every replica to `snapshot`; the version to name in `answers`."""
+        ...
+
+    def answers(
+        self, snapshot: Snapshot, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+    ) -> list[PartAnswer]: ...
+
+    def layout(self, snapshot: Snapshot, token: int, count: int) -> SplitLayout:
+        """The layout the parts computed (the driver's own copy)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LocalParts:
+    """Every part in this process, in turn: the reference the Ray runner must equal."""
+
+    name = "local"
+
+    def __init__(self, pool_label: str | None = None) -> None:
+        self._replica = Replica(pool_label)
+        self._token = 0
+        self._held: Snapshot | None = None
+
+    def prepare(self, snapshot: Snapshot) -> int:
+        if self._held is not snapshot:
+            self._held, self._token = snapshot, self._token + 1
+        self._replica.hold(snapshot, self._token)
+        return self._token
+
+    def answers(
+        self, snapshot: Snapshot, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+    ) -> list[PartAnswer]:
+        return [self._replica.answer(token, part, count, config, usage) for part in range(count)]
+
+    def layout(self, snapshot: Snapshot, token: int, count: int) -> SplitLayout:
+        return self._replica.layout(count)
+
+    def close(self) -> None:
+        self._held = None
+
+
+@dataclass
+class SplitTiming:
+    """Seconds of one split cycle's steps; `fallback` is the local cycle's when one ran."""
+
+    parts: float = 0.0
+    accept: float = 0.0
+    merge: float = 0.0
+    fallback: float = 0.0
+    total: float = 0.0
+
+
+@dataclass
+class SplitCycles:
+    """Schedules snapshots in split cycles over `count` parts with `runner`."""
+
+    count: int
+    runner: PartRunner
+    min_pending_pods: int = MIN_PENDING_PODS
+    timings: list[SplitTiming] = field(default_factory=list)
+    fallbacks: int = 0
+    """Split cycles whose parts left a pod pending, so the local engine's cycle was used."""
+    local_cycles: int = 0
+    """Cycles not split at all (see the module docstring)."""
+
+    def prepare(self, snapshot: Snapshot) -> None:
+        """Bring the parts' replicas to `snapshot` ahead of its cycle (see `Replica`)."""
+        if self._splits(snapshot):
+            self.runner.prepare(snapshot)
+
+    def schedule(self, snapshot: Snapshot, config: SchedulerConfig, usage: QueueUsage | None = None) -> Plan:
+        if not self._splits(snapshot):
+            self.local_cycles += 1
+            return schedule(snapshot, config)
+        started = time.perf_counter()
+        timing = SplitTiming()
+        token = self.runner.prepare(snapshot)
+        answers = self.runner.answers(snapshot, token, self.count, config, usage)
+        layout = self.runner.layout(snapshot, token, self.count)
+        timing.parts = time.perf_counter() - started
+        mark = time.perf_counter()
+        jobs = jobs_by_key(snapshot.jobs)
+        placed = [pod for answer in answers for pod in (*answer.binds, *answer.pipelined)]
+        refused = accept(snapshot, jobs, placed, layout.opening)
+        timing.accept = time.perf_counter() - mark
+        mark = time.perf_counter()
+        if layout.deal.kept or refused or any(answer.pending for answer in answers):
+            self.fallbacks += 1
+            plan = schedule(snapshot, config)
+            timing.fallback = time.perf_counter() - mark
+        else:
+            plan = parts_plan(snapshot, accepted_pods(answers, refused), answers)
+            timing.merge = time.perf_counter() - mark
+        timing.total = time.perf_counter() - started
+        self.timings.append(timing)
+        return plan
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def _splits(self, snapshot: Snapshot) -> bool:
+        if self.count < 2:
+            return False
+        pending = sum(t.status == TaskStatus.PENDING for job in snapshot.jobs for t in job.tasks)
+        return pending >= self.min_pending_pods and demand_fits(snapshot) and not has_stale_gang(snapshot)

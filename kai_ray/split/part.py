@@ -1,0 +1,89 @@
+"""One part's allocate: its nodes, its jobs and the rest of the cluster's numbers, in one session.
+
+A part's session sees the rows it places on, the rows where its jobs hold pods elsewhere (kept,
+never placed on), the pods other jobs hold on its nodes, and every queue with the whole
+cluster's sums (`PartBasis`). It runs the allocate action only: eviction actions need the whole
+cluster and run in the whole-cluster pass when anything is left to do.
+
+Answers are plain tuples, not the plan's dataclasses: they cross a process boundary every cycle,
+and pickling tens of thousands of small dataclasses costs more than the driver rebuilding them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kai_ray.api.config import SchedulerConfig
+from kai_ray.engine.actions.allocate import allocate
+from kai_ray.engine.part_basis import PartBasis
+from kai_ray.engine.plan import build_plan
+from kai_ray.engine.reasons import PendingReason
+from kai_ray.engine.session import Session
+from kai_ray.fairshare.usage import QueueUsage
+from kai_ray.model.snapshot import NodeTable, Snapshot
+from kai_ray.split.deal import Part
+
+PlacedPod = tuple[str, str, str, tuple[str, ...], float]
+"""(job key, task name, node name, GPU groups, GPUs granted)."""
+
+
+@dataclass(frozen=True)
+class PartAnswer:
+    part: int
+    token: int
+    """The replica version the part was computed from (see `kai_ray.split.replicas`)."""
+    binds: list[PlacedPod]
+    pipelined: list[PlacedPod]
+    pending: dict[str, PendingReason] = field(default_factory=dict)
+    """Why each of the part's jobs still waits (jobs with a pending pod after the part's allocate)."""
+
+
+def sub_table(table: NodeTable, rows: np.ndarray, placeable: np.ndarray) -> NodeTable:
+    """The rows `rows` of `table` (ascending, so still in name order); a row not `placeable`
+    is kept as unschedulable."""
+    return NodeTable(
+        names=[table.names[r] for r in rows.tolist()],
+        allocatable=table.allocatable[rows],
+        gpu_memory=table.gpu_memory[rows],
+        gpu_memory_synced=table.gpu_memory_synced[rows],
+        schedulable=table.schedulable[rows] & placeable,
+        specs=[table.specs[r] for r in rows.tolist()],
+    )
+
+
+def part_snapshot(snapshot: Snapshot, part: Part) -> Snapshot:
+    rows = np.union1d(part.rows, part.foreign_rows)
+    table = sub_table(snapshot.nodes, rows, np.isin(rows, part.rows))
+    return Snapshot(
+        table,
+        snapshot.queues,
+        snapshot.children,
+        part.jobs,
+        snapshot.now,
+        [],
+        part.held,
+        snapshot.topologies,
+    )
+
+
+def allocate_part(
+    snapshot: Snapshot,
+    part: Part,
+    basis: PartBasis,
+    config: SchedulerConfig,
+    usage: QueueUsage | None,
+    token: int,
+) -> PartAnswer:
+    session = Session(part_snapshot(snapshot, part), config, usage=usage, basis=basis)
+    session.current_action = "allocate"
+    allocate(session)
+    plan = build_plan(session)
+    return PartAnswer(
+        part.index,
+        token,
+        [(b.job, b.task, b.node, b.gpu_groups, b.accepted_gpus) for b in plan.binds],
+        [(b.job, b.task, b.node, b.gpu_groups, b.accepted_gpus) for b in plan.pipelined],
+        plan.pending_reasons,
+    )

@@ -1,0 +1,159 @@
+"""A part's copy of the cluster, kept in step by deltas, and the layout every copy derives alike.
+
+Each part keeps its own replica of the whole snapshot, as each of KAI's scheduling shards keeps
+its own informer cache, and is sent only what changed: a new node table, queue tree or topology
+list when the snapshot brings a new one (`SnapshotCompiler` keeps the objects of what did not
+change), and the job list as positions into the replica's previous list for jobs that are the
+very same objects, with only new jobs carried whole. A cycle then names the snapshot version and
+the part; every replica and the driver compute the same layout from the same snapshot
+(`split_layout`, a pure function), so the deal itself never crosses the wire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kai_ray.api.config import SchedulerConfig
+from kai_ray.distributed.partitions import partitions_for
+from kai_ray.engine.part_basis import PartBasis
+from kai_ray.fairshare.usage import QueueUsage
+from kai_ray.model.objects import HeldPod, JobSpec, QueueSpec, TopologySpec
+from kai_ray.model.snapshot import NodeTable, Snapshot
+from kai_ray.split.basis import QueueSums, part_bases, queue_sums
+from kai_ray.split.deal import Deal, deal
+from kai_ray.split.part import PartAnswer, allocate_part
+
+
+@dataclass(frozen=True)
+class SplitLayout:
+    deal: Deal
+    opening: QueueSums
+    """Every job's queue sums at the start of the cycle (all parts and the kept jobs)."""
+    bases: list[PartBasis]
+
+
+def split_layout(snapshot: Snapshot, count: int, pool_label: str | None) -> SplitLayout:
+    partitions = partitions_for(snapshot.nodes.specs, count, list(snapshot.topologies.values()), pool_label)
+    dealt = deal(snapshot, partitions)
+    own = [queue_sums(snapshot, part.jobs) for part in dealt.parts]
+    kept = queue_sums(snapshot, dealt.kept)
+    return SplitLayout(dealt, sum(own, kept), part_bases(snapshot, own, kept))
+
+
+@dataclass(frozen=True)
+class SnapshotDelta:
+    token: int
+    nodes: NodeTable | None
+    """None: the replica's table is still current."""
+    queues: tuple[dict[str, QueueSpec], dict[str, list[str]]] | None
+    topologies: dict[str, TopologySpec] | None
+    jobs: list[int | JobSpec]
+    """The snapshot's jobs: a position in the replica's previous list, or a job sent whole."""
+    held: list[HeldPod]
+    now: float
+
+
+class SnapshotFeed:
+    """The driver's side of one replica: what it was last sent, to send only what changed."""
+
+    def __init__(self) -> None:
+        self.token = 0
+        self._sent: Snapshot | None = None
+        self._positions: dict[int, int] = {}
+
+    @property
+    def current(self) -> Snapshot | None:
+        return self._sent
+
+    def delta(self, snapshot: Snapshot) -> SnapshotDelta | None:
+        """None when the replica already holds this very snapshot."""
+        last = self._sent
+        if last is snapshot:
+            return None
+        jobs: list[int | JobSpec] = []
+        for job in snapshot.jobs:
+            position = self._positions.get(id(job))
+            jobs.append(position if position is not None and last is not None else job)
+        self.token += 1
+        delta = SnapshotDelta(
+            self.token,
+            None if last is not None and last.nodes is snapshot.nodes else snapshot.nodes,
+            None
+            if last is not None and last.queues is snapshot.queues
+            else (snapshot.queues, snapshot.children),
+            None if last is not None and last.topologies is snapshot.topologies else snapshot.topologies,
+            jobs,
+            snapshot.held,
+            snapshot.now,
+        )
+        self._sent = snapshot
+        self._positions = {id(job): position for position, job in enumerate(snapshot.jobs)}
+        return delta
+
+    def forget(self) -> None:
+        """The replica was lost: the next delta carries everything."""
+        self._sent = None
+        self._positions = {}
+
+
+class Replica:
+    """A part's copy of the snapshot and the cycle it computes from it."""
+
+    def __init__(self, pool_label: str | None) -> None:
+        self.pool_label = pool_label
+        self.token = 0
+        self.snapshot: Snapshot | None = None
+        self._layouts: dict[int, SplitLayout] = {}
+
+    def sync(self, delta: SnapshotDelta) -> int:
+        last = self.snapshot
+        if last is None and (delta.nodes is None or delta.queues is None or delta.topologies is None):
+            raise ValueError(f"replica has no snapshot to apply delta {delta.token} to")
+        jobs = [last.jobs[j] if isinstance(j, int) and last is not None else j for j in delta.jobs]
+        nodes = delta.nodes if delta.nodes is not None else _known(last).nodes
+        queues, children = (
+            delta.queues if delta.queues is not None else (_known(last).queues, _known(last).children)
+        )
+        topologies = delta.topologies if delta.topologies is not None else _known(last).topologies
+        self.snapshot = Snapshot(
+            nodes,
+            queues,
+            children,
+            [j for j in jobs if isinstance(j, JobSpec)],
+            delta.now,
+            [],
+            delta.held,
+            topologies,
+        )
+        self.token = delta.token
+        self._layouts = {}
+        return self.token
+
+    def hold(self, snapshot: Snapshot, token: int) -> None:
+        """Take `snapshot` itself as the copy (a replica in the driver's own process)."""
+        if self.snapshot is not snapshot:
+            self.snapshot, self._layouts = snapshot, {}
+        self.token = token
+
+    def layout(self, count: int) -> SplitLayout:
+        found = self._layouts.get(count)
+        if found is None:
+            found = split_layout(_known(self.snapshot), count, self.pool_label)
+            self._layouts[count] = found
+        return found
+
+    def answer(
+        self, token: int, part: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+    ) -> PartAnswer:
+        if token != self.token:
+            return PartAnswer(part, self.token, [], [])
+        layout = self.layout(count)
+        return allocate_part(
+            _known(self.snapshot), layout.deal.parts[part], layout.bases[part], config, usage, token
+        )
+
+
+def _known(snapshot: Snapshot | None) -> Snapshot:
+    if snapshot is None:
+        raise ValueError("replica has no snapshot yet")
+    return snapshot
