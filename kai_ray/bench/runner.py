@@ -54,7 +54,7 @@ class BenchResult:
     """With `--shard-by jobs`: median seconds of the split cycle's steps (`parts`, `accept`,
     `merge`, and `fallback`, the local cycle run when the parts left a pod pending),
     `prepare_s` (bringing the parts' replicas to the snapshot, outside the timed cycle like
-    compiling the snapshot), and counts of fallbacks, unsplit cycles and part faults."""
+    compiling the snapshot), cycles by `SplitOutcome` (`cycles_split`, ...) and part faults."""
 
     def as_json(self) -> dict[str, object]:
         document = asdict(self)
@@ -225,8 +225,10 @@ class _Cycles:
         return {
             **medians,
             "prepare_s": statistics.median(self.prepares),
-            "fallbacks": float(self.split.fallbacks),
-            "local_cycles": float(self.split.local_cycles),
+            **{
+                f"cycles_{outcome.value}": float(count)
+                for outcome, count in sorted(self.split.outcomes.items())
+            },
             "faults": float(sum(faults.values())),
         }
 

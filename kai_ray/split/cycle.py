@@ -19,6 +19,7 @@ together (so no queue order or fair share decides between jobs), and no gang bel
 
 from __future__ import annotations
 
+import collections
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -30,6 +31,7 @@ from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import TaskStatus
 from kai_ray.model.snapshot import Snapshot
 from kai_ray.split.accept import accept
+from kai_ray.split.checks import SplitOutcome, every_pending_placed, untrusted
 from kai_ray.split.deal import demand_fits, has_stale_gang
 from kai_ray.split.merge import accepted_pods, jobs_by_key, parts_plan
 from kai_ray.split.part import PartAnswer
@@ -106,10 +108,7 @@ class SplitCycles:
     runner: PartRunner
     min_pending_pods: int = MIN_PENDING_PODS
     timings: list[SplitTiming] = field(default_factory=list)
-    fallbacks: int = 0
-    """Split cycles whose parts left a pod pending, so the local engine's cycle was used."""
-    local_cycles: int = 0
-    """Cycles not split at all (see the module docstring)."""
+    outcomes: collections.Counter[SplitOutcome] = field(default_factory=collections.Counter)
 
     def prepare(self, snapshot: Snapshot) -> None:
         """Bring the parts' replicas to `snapshot` ahead of its cycle (see `Replica`)."""
@@ -118,7 +117,7 @@ class SplitCycles:
 
     def schedule(self, snapshot: Snapshot, config: SchedulerConfig, usage: QueueUsage | None = None) -> Plan:
         if not self._splits(snapshot):
-            self.local_cycles += 1
+            self.outcomes[SplitOutcome.NOT_SPLIT] += 1
             return schedule(snapshot, config)
         started = time.perf_counter()
         timing = SplitTiming()
@@ -127,18 +126,22 @@ class SplitCycles:
         layout = self.runner.layout(snapshot, token, self.count)
         timing.parts = time.perf_counter() - started
         mark = time.perf_counter()
-        jobs = jobs_by_key(snapshot.jobs)
-        placed = [pod for answer in answers for pod in (*answer.binds, *answer.pipelined)]
-        refused = accept(snapshot, jobs, placed, layout.opening)
+        outcome = SplitOutcome.UNTRUSTED if untrusted(layout, answers) else SplitOutcome.SPLIT
+        refused: set[str] = set()
+        if outcome == SplitOutcome.SPLIT:
+            placed = [pod for answer in answers for pod in (*answer.binds, *answer.pipelined)]
+            refused = accept(snapshot, jobs_by_key(snapshot.jobs), placed, layout.opening)
+            if layout.deal.kept or refused or not every_pending_placed(snapshot, answers):
+                outcome = SplitOutcome.PENDING_LEFT
         timing.accept = time.perf_counter() - mark
         mark = time.perf_counter()
-        if layout.deal.kept or refused or any(answer.pending for answer in answers):
-            self.fallbacks += 1
+        self.outcomes[outcome] += 1
+        if outcome == SplitOutcome.SPLIT:
+            plan = parts_plan(snapshot, accepted_pods(answers, refused))
+            timing.merge = time.perf_counter() - mark
+        else:
             plan = schedule(snapshot, config)
             timing.fallback = time.perf_counter() - mark
-        else:
-            plan = parts_plan(snapshot, accepted_pods(answers, refused), answers)
-            timing.merge = time.perf_counter() - mark
         timing.total = time.perf_counter() - started
         self.timings.append(timing)
         return plan

@@ -37,6 +37,8 @@ class Part:
     held: list[HeldPod]
     """Pods that hold this part's nodes but are not its jobs' (the snapshot's held pods, and
     pods of jobs dealt to other parts)."""
+    node_names: frozenset[str]
+    """The names of `rows`: what a part's answer may place on."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,7 @@ def _parts(
             np.array(sorted(foreign[index]), dtype=np.int64),
             jobs[index],
             held[index],
+            frozenset(table.names[row] for row in partitions[index].tolist()),
         )
         for index in range(count)
     ]

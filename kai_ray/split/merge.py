@@ -38,16 +38,10 @@ def unmoved_state(task: TaskSpec, table: NodeTable) -> TaskState:
     return TaskState(task.status, node, task.gpu_groups, accepted)
 
 
-def parts_plan(
-    snapshot: Snapshot,
-    accepted: dict[str, list[tuple[PlacedPod, bool]]],
-    answers: list[PartAnswer],
-) -> Plan:
+def parts_plan(snapshot: Snapshot, accepted: dict[str, list[tuple[PlacedPod, bool]]]) -> Plan:
     """The plan when no whole-cluster pass is needed: binds in snapshot job order, as the local
     plan lists them, and every pod's state."""
     plan = Plan(problems=list(snapshot.problems))
-    for answer in answers:
-        plan.pending_reasons.update(answer.pending)
     table = snapshot.nodes
     for job in snapshot.jobs:
         placed = {pod[1]: (pod, binds) for pod, binds in accepted.get(job.key, ())}

@@ -11,7 +11,7 @@ and pickling tens of thousands of small dataclasses costs more than the driver r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,7 +19,6 @@ from kai_ray.api.config import SchedulerConfig
 from kai_ray.engine.actions.allocate import allocate
 from kai_ray.engine.part_basis import PartBasis
 from kai_ray.engine.plan import build_plan
-from kai_ray.engine.reasons import PendingReason
 from kai_ray.engine.session import Session
 from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.snapshot import NodeTable, Snapshot
@@ -36,8 +35,6 @@ class PartAnswer:
     """The replica version the part was computed from (see `kai_ray.split.replicas`)."""
     binds: list[PlacedPod]
     pipelined: list[PlacedPod]
-    pending: dict[str, PendingReason] = field(default_factory=dict)
-    """Why each of the part's jobs still waits (jobs with a pending pod after the part's allocate)."""
 
 
 def sub_table(table: NodeTable, rows: np.ndarray, placeable: np.ndarray) -> NodeTable:
@@ -85,5 +82,4 @@ def allocate_part(
         token,
         [(b.job, b.task, b.node, b.gpu_groups, b.accepted_gpus) for b in plan.binds],
         [(b.job, b.task, b.node, b.gpu_groups, b.accepted_gpus) for b in plan.pipelined],
-        plan.pending_reasons,
     )
