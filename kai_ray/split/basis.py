@@ -48,26 +48,29 @@ class QueueSums:
 def queue_sums(snapshot: Snapshot, jobs: list[JobSpec]) -> QueueSums:
     names = sorted(snapshot.queues)
     index = {name: row for row, name in enumerate(names)}
-    leaf = np.zeros((3, len(names), COLUMNS))
+    leaf = [[[0.0] * COLUMNS for _ in names] for _ in range(3)]
+    allocated, protected, requested = leaf
     minimum, _ = gpu_memory_bounds(snapshot.nodes)
     table = snapshot.nodes
     for job in jobs:
         row = index[job.queue]
+        held, guarded, asked = allocated[row], protected[row], requested[row]
         for task in job.tasks:
             if task.node is not None and task.status in QUEUE_CHARGING:
                 gpus = task.accepted_gpus(float(table.gpu_memory[table.index[task.node]]))
                 charge = (task.cpu_millis, task.memory, gpus)
-                leaf[0, row] += charge
-                if not job.preemptible:
-                    leaf[1, row] += charge
-                leaf[2, row] += charge
+                for sums in (held, asked, *(() if job.preemptible else (guarded,))):
+                    for column, value in enumerate(charge):
+                        sums[column] += value
             elif task.status == TaskStatus.PENDING:
-                leaf[2, row] += (task.cpu_millis, task.memory, task.accepted_gpus(minimum))
+                asked[0] += task.cpu_millis
+                asked[1] += task.memory
+                asked[2] += task.accepted_gpus(minimum)
     chains = np.zeros((len(names), len(names)))
     for name, row in index.items():
         for ancestor in snapshot.ancestry(name):
             chains[index[ancestor], row] = 1.0
-    up = np.einsum("al,slc->sac", chains, leaf)
+    up = np.einsum("al,slc->sac", chains, np.array(leaf).reshape(3, len(names), COLUMNS))
     return QueueSums(up[0], up[1], up[2])
 
 

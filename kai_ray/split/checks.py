@@ -2,17 +2,16 @@
 
 A part is another process: it can answer from the wrong state, about pods or nodes it was not
 dealt, or not at all. The plan is made from the answers only when each names only its own jobs'
-pods and its own nodes, no pod is placed twice, and together they place every pending pod; a
-cycle whose answers fail any of this is the local engine's, so a broken part can slow a cycle
-down but never change its plan into one the design does not allow.
+pods and its own nodes, no pod is placed twice, no job gets more pods placed than it has
+pending, and together they place every pending pod (each job exactly as many as it has
+pending); a cycle whose answers fail any of this is the local engine's, so a broken part can
+slow a cycle down but never change its plan into one the design does not allow.
 """
 
 from __future__ import annotations
 
 import enum
 
-from kai_ray.model.objects import TaskStatus
-from kai_ray.model.snapshot import Snapshot
 from kai_ray.split.part import PartAnswer
 from kai_ray.split.replica import SplitLayout
 
@@ -31,26 +30,25 @@ class SplitOutcome(enum.StrEnum):
     """An answer named another part's pods or nodes, or placed a pod twice: the local engine's cycle."""
 
 
-def untrusted(layout: SplitLayout, answers: list[PartAnswer]) -> bool:
+def answers_outcome(layout: SplitLayout, answers: list[PartAnswer]) -> SplitOutcome:
+    """UNTRUSTED, PENDING_LEFT or SPLIT (before the queue rules are applied), in one pass."""
     seen: set[tuple[str, str]] = set()
+    placed: dict[str, int] = {}
     for index, answer in enumerate(answers):
         part = layout.deal.parts[index]
         if answer.part != index:
-            return True
-        jobs = {job.key for job in part.jobs}
+            return SplitOutcome.UNTRUSTED
+        jobs = part.job_keys
         for pod in (*answer.binds, *answer.pipelined):
             key = (pod[0], pod[1])
             if pod[0] not in jobs or pod[2] not in part.node_names or key in seen:
-                return True
+                return SplitOutcome.UNTRUSTED
             seen.add(key)
-    return False
-
-
-def every_pending_placed(snapshot: Snapshot, answers: list[PartAnswer]) -> bool:
-    placed = {(pod[0], pod[1]) for answer in answers for pod in (*answer.binds, *answer.pipelined)}
-    return all(
-        (job.key, task.name) in placed
-        for job in snapshot.jobs
-        for task in job.tasks
-        if task.status == TaskStatus.PENDING
-    )
+            placed[pod[0]] = placed.get(pod[0], 0) + 1
+    if any(placed.get(job, 0) > count for job, count in layout.pending.items()) or len(placed) > len(
+        layout.pending
+    ):
+        return SplitOutcome.UNTRUSTED
+    if layout.deal.kept or placed != {job: count for job, count in layout.pending.items() if count}:
+        return SplitOutcome.PENDING_LEFT
+    return SplitOutcome.SPLIT

@@ -28,12 +28,11 @@ from kai_ray.api.config import SchedulerConfig
 from kai_ray.engine.cycle import schedule
 from kai_ray.engine.plan import Plan
 from kai_ray.fairshare.usage import QueueUsage
-from kai_ray.model.objects import TaskStatus
 from kai_ray.model.snapshot import Snapshot
 from kai_ray.split.accept import accept
-from kai_ray.split.checks import SplitOutcome, every_pending_placed, untrusted
-from kai_ray.split.deal import demand_fits, has_stale_gang
-from kai_ray.split.merge import accepted_pods, jobs_by_key, parts_plan
+from kai_ray.split.checks import SplitOutcome, answers_outcome
+from kai_ray.split.deal import cluster_load, demand_fits, has_stale_gang
+from kai_ray.split.merge import jobs_by_key, parts_plan
 from kai_ray.split.part import PartAnswer
 from kai_ray.split.replica import Replica, SplitLayout
 
@@ -109,6 +108,7 @@ class SplitCycles:
     min_pending_pods: int = MIN_PENDING_PODS
     timings: list[SplitTiming] = field(default_factory=list)
     outcomes: collections.Counter[SplitOutcome] = field(default_factory=collections.Counter)
+    _qualified: tuple[Snapshot, bool] | None = field(default=None, repr=False)
 
     def prepare(self, snapshot: Snapshot) -> None:
         """Bring the parts' replicas to `snapshot` ahead of its cycle (see `Replica`)."""
@@ -126,18 +126,16 @@ class SplitCycles:
         layout = self.runner.layout(snapshot, token, self.count)
         timing.parts = time.perf_counter() - started
         mark = time.perf_counter()
-        outcome = SplitOutcome.UNTRUSTED if untrusted(layout, answers) else SplitOutcome.SPLIT
-        refused: set[str] = set()
+        outcome = answers_outcome(layout, answers)
         if outcome == SplitOutcome.SPLIT:
             placed = [pod for answer in answers for pod in (*answer.binds, *answer.pipelined)]
-            refused = accept(snapshot, jobs_by_key(snapshot.jobs), placed, layout.opening)
-            if layout.deal.kept or refused or not every_pending_placed(snapshot, answers):
+            if accept(snapshot, jobs_by_key(snapshot.jobs), placed, layout.opening):
                 outcome = SplitOutcome.PENDING_LEFT
         timing.accept = time.perf_counter() - mark
         mark = time.perf_counter()
         self.outcomes[outcome] += 1
         if outcome == SplitOutcome.SPLIT:
-            plan = parts_plan(snapshot, accepted_pods(answers, refused))
+            plan = parts_plan(snapshot, answers)
             timing.merge = time.perf_counter() - mark
         else:
             plan = schedule(snapshot, config)
@@ -150,7 +148,17 @@ class SplitCycles:
         self.runner.close()
 
     def _splits(self, snapshot: Snapshot) -> bool:
-        if self.count < 2:
-            return False
-        pending = sum(t.status == TaskStatus.PENDING for job in snapshot.jobs for t in job.tasks)
-        return pending >= self.min_pending_pods and demand_fits(snapshot) and not has_stale_gang(snapshot)
+        """Whether `snapshot` qualifies (module docstring); remembered for the last snapshot, which
+        `prepare` and then `schedule` ask about."""
+        if self._qualified is not None and self._qualified[0] is snapshot:
+            return self._qualified[1]
+        load = cluster_load(snapshot)
+        pending = sum(pods for _, _, pods in load.demand)
+        qualified = (
+            self.count >= 2
+            and pending >= self.min_pending_pods
+            and demand_fits(snapshot, load)
+            and not has_stale_gang(snapshot)
+        )
+        self._qualified = (snapshot, qualified)
+        return qualified

@@ -5,10 +5,11 @@ Why a job goes where it goes:
   gang, its queue charges and its elastic growth are all seen by one session; its pods on other
   parts' nodes come along as rows that part may not place on (`Part.foreign_rows`), and those
   parts count the pods as held, so every pod holds its node exactly once;
-- a job with every pod pending goes to the part with the most room left in the resource it asks
-  most of (GPUs, else CPU), jobs taken highest priority first then oldest, so the parts get
-  demand in proportion to their room and high-priority jobs are spread first;
-- a job asking more than any single part has free is kept for the whole-cluster pass.
+- a job with every pod pending goes, highest priority first then oldest, to the part with the
+  least work dealt so far (`JOB_WEIGHT` per job plus one per pod: a part's cycle costs about
+  that) among those with room left for it in CPU and GPUs, else to the one with the most GPUs
+  (or CPU, for a job without GPUs) left;
+- a job asking more than any single part has free is kept for the local engine.
 The deal is a pure function of the snapshot and the partitions: the same snapshot is dealt the
 same way, whichever runner computes the parts.
 """
@@ -19,10 +20,67 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kai_ray.model.objects import ACTIVE_USED, OCCUPYING, HeldPod, JobSpec, TaskStatus
+from kai_ray.model.objects import ACTIVE_USED, OCCUPYING, HeldPod, JobSpec, TaskSpec, TaskStatus
 from kai_ray.model.snapshot import Snapshot
 
 CPU_COLUMN, GPU_COLUMN = 0, 1
+JOB_WEIGHT = 1.7
+"""A job's share of a part's cycle, in pods: measured on `big-5000x40000`, where choosing the next
+job (queue order, gang collection) costs about 1.7 times placing one pod."""
+
+
+@dataclass(frozen=True)
+class ClusterLoad:
+    """What a deal reads of the snapshot's pods, gathered in one pass over them."""
+
+    used: np.ndarray
+    """Per node row, (cpu, gpus) held by placed pods and held pods."""
+    demand: list[tuple[float, float, int]]
+    """Per job, (cpu, gpus, pods) of its pending pods."""
+    placed_rows: dict[int, list[int]]
+    """Job position → the rows of its placed pods, for jobs with any."""
+
+
+def cluster_load(snapshot: Snapshot) -> ClusterLoad:
+    table = snapshot.nodes
+    rows: list[int] = []
+    cpus: list[float] = []
+    gpus: list[float] = []
+    demand = []
+    placed_rows: dict[int, list[int]] = {}
+    for position, job in enumerate(snapshot.jobs):
+        cpu = gpu = 0.0
+        pods = 0
+        for task in job.tasks:
+            if task.status == TaskStatus.PENDING:
+                cpu += task.cpu_millis
+                gpu += _gpus(task)
+                pods += 1
+            elif task.node is not None and task.status in OCCUPYING:
+                row = table.index[task.node]
+                placed_rows.setdefault(position, []).append(row)
+                rows.append(row)
+                cpus.append(task.cpu_millis)
+                gpus.append(_gpus(task))
+        demand.append((cpu, gpu, pods))
+    for pod in snapshot.held:
+        if pod.task.node is not None:
+            rows.append(table.index[pod.task.node])
+            cpus.append(pod.task.cpu_millis)
+            gpus.append(_gpus(pod.task))
+    used = np.zeros((len(table), 2))
+    np.add.at(used, np.array(rows, dtype=np.int64), np.column_stack((cpus, gpus)).reshape(len(rows), 2))
+    return ClusterLoad(used, demand, placed_rows)
+
+
+def demand_fits(snapshot: Snapshot, load: ClusterLoad) -> bool:
+    """Whether every pending pod's CPU and GPUs together fit in what the schedulable nodes have
+    free: only then is no job's placement a question of who goes first (fair share, queue order),
+    which one part cannot answer for another."""
+    free = _free_by_part(snapshot, [np.arange(len(snapshot.nodes))], load.used)[0]
+    cpu = sum(d[0] for d in load.demand)
+    gpu = sum(d[1] for d in load.demand)
+    return bool(cpu <= free[CPU_COLUMN] and gpu <= free[GPU_COLUMN])
 
 
 @dataclass(frozen=True)
@@ -39,6 +97,8 @@ class Part:
     pods of jobs dealt to other parts)."""
     node_names: frozenset[str]
     """The names of `rows`: what a part's answer may place on."""
+    job_keys: frozenset[str]
+    """The keys of `jobs`: whose pods a part's answer may place."""
 
 
 @dataclass(frozen=True)
@@ -48,48 +108,17 @@ class Deal:
     """Jobs left to the whole-cluster pass, in snapshot order."""
 
 
-def deal(snapshot: Snapshot, partitions: list[np.ndarray]) -> Deal:
+def deal(snapshot: Snapshot, partitions: list[np.ndarray], load: ClusterLoad) -> Deal:
     table = snapshot.nodes
     part_of_row = np.zeros(len(table), dtype=np.int64)
     for index, members in enumerate(partitions):
         part_of_row[members] = index
-    count = len(partitions)
-    used = np.zeros((len(table), 2))
-    homes: dict[int, int] = {}
-    placed_rows: dict[int, list[int]] = {}
-    for position, job in enumerate(snapshot.jobs):
-        rows = [table.index[t.node] for t in job.tasks if t.node is not None and t.status in OCCUPYING]
-        for task in job.tasks:
-            if task.node is not None and task.status in OCCUPYING:
-                used[table.index[task.node]] += _demand_of(task.cpu_millis, _gpus(task))
-        if rows:
-            placed_rows[position] = rows
-            homes[position] = int(np.argmax(np.bincount(part_of_row[np.array(rows)], minlength=count)))
-    for pod in snapshot.held:
-        if pod.task.node is not None:
-            used[table.index[pod.task.node]] += _demand_of(pod.task.cpu_millis, _gpus(pod.task))
-    room = _free_by_part(snapshot, partitions, used)
-    kept_positions = _deal_pending(snapshot.jobs, homes, room)
-    return _parts(snapshot, partitions, part_of_row, homes, placed_rows, kept_positions)
-
-
-def demand_fits(snapshot: Snapshot) -> bool:
-    """Whether every pending pod's CPU and GPUs together fit in what the schedulable nodes have
-    free: only then is no job's placement a question of who goes first (fair share, queue order),
-    which one part cannot answer for another."""
-    table = snapshot.nodes
-    used = np.zeros((len(table), 2))
-    demand = np.zeros(2)
-    for job in snapshot.jobs:
-        demand += _pending_demand(job)
-        for task in job.tasks:
-            if task.node is not None and task.status in OCCUPYING:
-                used[table.index[task.node]] += _demand_of(task.cpu_millis, _gpus(task))
-    for pod in snapshot.held:
-        if pod.task.node is not None:
-            used[table.index[pod.task.node]] += _demand_of(pod.task.cpu_millis, _gpus(pod.task))
-    free = _free_by_part(snapshot, [np.arange(len(table))], used)[0]
-    return bool((demand <= free).all())
+    homes = {
+        position: int(np.argmax(np.bincount(part_of_row[np.array(rows)], minlength=len(partitions))))
+        for position, rows in load.placed_rows.items()
+    }
+    kept_positions = _deal_pending(snapshot.jobs, load, homes, _free_by_part(snapshot, partitions, load.used))
+    return _parts(snapshot, partitions, part_of_row, homes, load.placed_rows, kept_positions)
 
 
 def has_stale_gang(snapshot: Snapshot) -> bool:
@@ -111,13 +140,9 @@ def has_stale_gang(snapshot: Snapshot) -> bool:
     return False
 
 
-def _gpus(task: object) -> float:
-    gpu = float(getattr(task, "gpu", 0.0))
-    return gpu * int(getattr(task, "gpu_devices", 1)) if 0.0 < gpu < 1.0 else gpu
-
-
-def _demand_of(cpu: float, gpus: float) -> np.ndarray:
-    return np.array((cpu, gpus))
+def _gpus(task: TaskSpec) -> float:
+    """GPUs a pod takes for the deal's purpose: a fraction on each of its devices."""
+    return task.gpu * task.gpu_devices if 0.0 < task.gpu < 1.0 else task.gpu
 
 
 def _free_by_part(snapshot: Snapshot, partitions: list[np.ndarray], used: np.ndarray) -> np.ndarray:
@@ -128,32 +153,30 @@ def _free_by_part(snapshot: Snapshot, partitions: list[np.ndarray], used: np.nda
     return np.array([free[rows].sum(axis=0) for rows in partitions]).reshape(len(partitions), 2)
 
 
-def _pending_demand(job: JobSpec) -> np.ndarray:
-    cpu = gpus = 0.0
-    for task in job.tasks:
-        if task.status == TaskStatus.PENDING:
-            cpu += task.cpu_millis
-            gpus += _gpus(task)
-    return _demand_of(cpu, gpus)
-
-
-def _deal_pending(jobs: list[JobSpec], homes: dict[int, int], room: np.ndarray) -> set[int]:
+def _deal_pending(
+    jobs: list[JobSpec], load: ClusterLoad, homes: dict[int, int], room: np.ndarray
+) -> set[int]:
     """Deals every job without placed pods into `homes`; returns the positions of jobs kept."""
-    free = room.copy()
+    left = room.copy()
+    work = np.zeros(len(room))
     kept: set[int] = set()
     order = sorted(
         (p for p in range(len(jobs)) if p not in homes),
         key=lambda p: (-jobs[p].priority, jobs[p].created, jobs[p].key),
     )
     for position in order:
-        demand = _pending_demand(jobs[position])
-        column = GPU_COLUMN if demand[GPU_COLUMN] > 0 else CPU_COLUMN
-        if not (room[:, column] >= demand[column]).any():
+        cpu, gpus, pods = load.demand[position]
+        column = GPU_COLUMN if gpus > 0 else CPU_COLUMN
+        if not (room[:, column] >= (gpus if column == GPU_COLUMN else cpu)).any():
             kept.add(position)
             continue
-        chosen = int(np.argmax(free[:, column]))
+        fits = (left[:, CPU_COLUMN] >= cpu) & (left[:, GPU_COLUMN] >= gpus)
+        chosen = (
+            int(np.argmin(np.where(fits, work, np.inf))) if fits.any() else int(np.argmax(left[:, column]))
+        )
         homes[position] = chosen
-        free[chosen] -= demand
+        left[chosen] -= (cpu, gpus)
+        work[chosen] += JOB_WEIGHT + pods
     return kept
 
 
@@ -180,15 +203,13 @@ def _parts(
             continue
         home = homes[position]
         jobs[home].append(job)
-        for row in placed_rows.get(position, ()):
-            owner = int(part_of_row[row])
-            if owner != home:
-                foreign[home].add(row)
         if any(int(part_of_row[row]) != home for row in placed_rows.get(position, ())):
             for task in job.tasks:
                 if task.node is not None and task.status in OCCUPYING:
-                    owner = int(part_of_row[table.index[task.node]])
+                    row = table.index[task.node]
+                    owner = int(part_of_row[row])
                     if owner != home:
+                        foreign[home].add(row)
                         held[owner].append(HeldPod(job.namespace, task, foreign=False))
     parts = [
         Part(
@@ -198,6 +219,7 @@ def _parts(
             jobs[index],
             held[index],
             frozenset(table.names[row] for row in partitions[index].tolist()),
+            frozenset(job.key for job in jobs[index]),
         )
         for index in range(count)
     ]

@@ -7,25 +7,12 @@ accepted placements and every other pod's unchanged state.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from kai_ray.engine.plan import Bind, Plan, TaskState, problem_reasons
 from kai_ray.model.objects import OCCUPYING, JobSpec, TaskSpec, TaskStatus
 from kai_ray.model.snapshot import NodeTable, Snapshot
 from kai_ray.split.part import PartAnswer, PlacedPod
 
 ACCEPTED_STATUS = {True: TaskStatus.ALLOCATED, False: TaskStatus.PIPELINED}
-
-
-def accepted_pods(answers: list[PartAnswer], refused: set[str]) -> dict[str, list[tuple[PlacedPod, bool]]]:
-    """Job key → its accepted placements, each with whether it binds (else it is pipelined)."""
-    by_job: dict[str, list[tuple[PlacedPod, bool]]] = defaultdict(list)
-    for answer in answers:
-        for binds, pods in ((True, answer.binds), (False, answer.pipelined)):
-            for pod in pods:
-                if pod[0] not in refused:
-                    by_job[pod[0]].append((pod, binds))
-    return by_job
 
 
 def unmoved_state(task: TaskSpec, table: NodeTable) -> TaskState:
@@ -38,20 +25,25 @@ def unmoved_state(task: TaskSpec, table: NodeTable) -> TaskState:
     return TaskState(task.status, node, task.gpu_groups, accepted)
 
 
-def parts_plan(snapshot: Snapshot, accepted: dict[str, list[tuple[PlacedPod, bool]]]) -> Plan:
-    """The plan when no whole-cluster pass is needed: binds in snapshot job order, as the local
-    plan lists them, and every pod's state."""
+def parts_plan(snapshot: Snapshot, answers: list[PartAnswer]) -> Plan:
+    """The plan of a split cycle whose parts placed every pending pod: binds in snapshot job order,
+    as the local plan lists them, and every pod's state."""
+    placed: dict[tuple[str, str], tuple[PlacedPod, bool]] = {}
+    for answer in answers:
+        for binds, pods in ((True, answer.binds), (False, answer.pipelined)):
+            for pod in pods:
+                placed[(pod[0], pod[1])] = (pod, binds)
     plan = Plan(problems=list(snapshot.problems))
     table = snapshot.nodes
     for job in snapshot.jobs:
-        placed = {pod[1]: (pod, binds) for pod, binds in accepted.get(job.key, ())}
         for task in job.tasks:
-            found = placed.get(task.name)
+            key = (job.key, task.name)
+            found = placed.get(key)
             if found is None:
-                plan.tasks[(job.key, task.name)] = unmoved_state(task, table)
+                plan.tasks[key] = unmoved_state(task, table)
                 continue
             (job_key, name, node, groups, gpus), binds = found
-            plan.tasks[(job_key, name)] = TaskState(ACCEPTED_STATUS[binds], node, groups, gpus)
+            plan.tasks[key] = TaskState(ACCEPTED_STATUS[binds], node, groups, gpus)
             (plan.binds if binds else plan.pipelined).append(Bind(job_key, name, node, groups, gpus))
     for name, reason in problem_reasons(snapshot.problems).items():
         plan.pending_reasons.setdefault(name, reason)

@@ -18,14 +18,17 @@ import numpy as np
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.engine.actions.allocate import allocate
 from kai_ray.engine.part_basis import PartBasis
-from kai_ray.engine.plan import build_plan
 from kai_ray.engine.session import Session
 from kai_ray.fairshare.usage import QueueUsage
+from kai_ray.model.objects import TaskStatus
 from kai_ray.model.snapshot import NodeTable, Snapshot
 from kai_ray.split.deal import Part
 
 PlacedPod = tuple[str, str, str, tuple[str, ...], float]
 """(job key, task name, node name, GPU groups, GPUs granted)."""
+PLACED = frozenset({TaskStatus.ALLOCATED, TaskStatus.PIPELINED})
+"""What allocate turns a pending pod into; a part's session starts every pod it may place pending,
+so each of its pods in one of these that moved was placed by it (what `build_plan` lists)."""
 
 
 @dataclass(frozen=True)
@@ -76,10 +79,18 @@ def allocate_part(
     session = Session(part_snapshot(snapshot, part), config, usage=usage, basis=basis)
     session.current_action = "allocate"
     allocate(session)
-    plan = build_plan(session)
-    return PartAnswer(
-        part.index,
-        token,
-        [(b.job, b.task, b.node, b.gpu_groups, b.accepted_gpus) for b in plan.binds],
-        [(b.job, b.task, b.node, b.gpu_groups, b.accepted_gpus) for b in plan.pipelined],
-    )
+    binds: list[PlacedPod] = []
+    pipelined: list[PlacedPod] = []
+    table = session.nodes.table
+    moved = session.moved_jobs()
+    for job in session.jobs:
+        if job not in moved:
+            continue
+        for task in job.tasks:
+            node = task.node
+            if node is None or task.status not in PLACED or task.uid not in session.placed_at_open:
+                continue
+            gpus = task.accepted_gpus(float(table.gpu_memory[node]))
+            pod = (job.key, task.name, table.names[node], task.groups, gpus)
+            (binds if task.status == TaskStatus.ALLOCATED else pipelined).append(pod)
+    return PartAnswer(part.index, token, binds, pipelined)

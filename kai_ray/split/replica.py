@@ -20,7 +20,7 @@ from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import HeldPod, JobSpec, QueueSpec, TopologySpec
 from kai_ray.model.snapshot import NodeTable, Snapshot
 from kai_ray.split.basis import QueueSums, part_bases, queue_sums
-from kai_ray.split.deal import Deal, deal
+from kai_ray.split.deal import Deal, cluster_load, deal
 from kai_ray.split.part import PartAnswer, allocate_part
 
 
@@ -30,14 +30,18 @@ class SplitLayout:
     opening: QueueSums
     """Every job's queue sums at the start of the cycle (all parts and the kept jobs)."""
     bases: list[PartBasis]
+    pending: dict[str, int]
+    """Job key → its pending pods, for every job."""
 
 
 def split_layout(snapshot: Snapshot, count: int, pool_label: str | None) -> SplitLayout:
     partitions = partitions_for(snapshot.nodes.specs, count, list(snapshot.topologies.values()), pool_label)
-    dealt = deal(snapshot, partitions)
+    load = cluster_load(snapshot)
+    dealt = deal(snapshot, partitions, load)
     own = [queue_sums(snapshot, part.jobs) for part in dealt.parts]
     kept = queue_sums(snapshot, dealt.kept)
-    return SplitLayout(dealt, sum(own, kept), part_bases(snapshot, own, kept))
+    pending = {job.key: demand[2] for job, demand in zip(snapshot.jobs, load.demand, strict=True)}
+    return SplitLayout(dealt, sum(own, kept), part_bases(snapshot, own, kept), pending)
 
 
 @dataclass(frozen=True)
