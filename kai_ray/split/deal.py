@@ -156,9 +156,13 @@ def _free_by_part(snapshot: Snapshot, partitions: list[np.ndarray], used: np.nda
 def _deal_pending(
     jobs: list[JobSpec], load: ClusterLoad, homes: dict[int, int], room: np.ndarray
 ) -> set[int]:
-    """Deals every job without placed pods into `homes`; returns the positions of jobs kept."""
-    left = room.copy()
-    work = np.zeros(len(room))
+    """Deals every job without placed pods into `homes`; returns the positions of jobs kept.
+
+    Plain floats over the few parts: numpy calls per job cost more than the choice itself."""
+    free = room.tolist()
+    left = [list(part) for part in free]
+    work = [0.0] * len(free)
+    parts = range(len(free))
     kept: set[int] = set()
     order = sorted(
         (p for p in range(len(jobs)) if p not in homes),
@@ -166,16 +170,18 @@ def _deal_pending(
     )
     for position in order:
         cpu, gpus, pods = load.demand[position]
-        column = GPU_COLUMN if gpus > 0 else CPU_COLUMN
-        if not (room[:, column] >= (gpus if column == GPU_COLUMN else cpu)).any():
+        column, amount = (GPU_COLUMN, gpus) if gpus > 0 else (CPU_COLUMN, cpu)
+        if all(free[part][column] < amount for part in parts):
             kept.add(position)
             continue
-        fits = (left[:, CPU_COLUMN] >= cpu) & (left[:, GPU_COLUMN] >= gpus)
-        chosen = (
-            int(np.argmin(np.where(fits, work, np.inf))) if fits.any() else int(np.argmax(left[:, column]))
-        )
+        fitting = [part for part in parts if left[part][CPU_COLUMN] >= cpu and left[part][GPU_COLUMN] >= gpus]
+        if fitting:
+            chosen = min(fitting, key=lambda part: (work[part], part))
+        else:
+            chosen = max(parts, key=lambda part: (left[part][column], -part))
         homes[position] = chosen
-        left[chosen] -= (cpu, gpus)
+        left[chosen][CPU_COLUMN] -= cpu
+        left[chosen][GPU_COLUMN] -= gpus
         work[chosen] += JOB_WEIGHT + pods
     return kept
 
