@@ -52,7 +52,9 @@ class BenchResult:
     """With `--compare`: this median over the local executor's median from the same run."""
     split_cycles: dict[str, float] | None = None
     """With `--shard-by jobs`: median seconds of the split cycle's steps (`parts`, `accept`,
-    `merge`, and `fallback`, the local cycle run when the parts left a pod pending),
+    `merge`, and `fallback`, the local cycle run when the parts left a pod pending), of the
+    slowest part's own compute, and of the critical path (slowest part, accept, merge: the cycle
+    with a worker per part and nothing moved between processes),
     `prepare_s` (bringing the parts' replicas to the snapshot, outside the timed cycle like
     compiling the snapshot), cycles by `SplitOutcome` (`cycles_split`, ...) and part faults."""
 
@@ -222,8 +224,12 @@ class _Cycles:
             for step in ("parts", "accept", "merge", "fallback")
         }
         faults = getattr(self.split.runner, "faults", {})
+        slowest = [max(t.part_seconds, default=0.0) for t in timings] or [0.0]
+        critical = [max(t.part_seconds, default=0.0) + t.accept + t.merge for t in timings] or [0.0]
         return {
             **medians,
+            "slowest_part_s": statistics.median(slowest),
+            "critical_path_s": statistics.median(critical),
             "prepare_s": statistics.median(self.prepares),
             **{
                 f"cycles_{outcome.value}": float(count)

@@ -93,6 +93,8 @@ class SplitTiming:
     """Seconds of one split cycle's steps; `fallback` is the local cycle's when one ran."""
 
     parts: float = 0.0
+    part_seconds: list[float] = field(default_factory=list)
+    """Each part's own compute time (`PartAnswer.seconds`)."""
     accept: float = 0.0
     merge: float = 0.0
     fallback: float = 0.0
@@ -125,6 +127,7 @@ class SplitCycles:
         answers = self.runner.answers(snapshot, token, self.count, config, usage)
         layout = self.runner.layout(snapshot, token, self.count)
         timing.parts = time.perf_counter() - started
+        timing.part_seconds = [answer.seconds for answer in answers]
         mark = time.perf_counter()
         outcome = answers_outcome(layout, answers)
         if outcome == SplitOutcome.SPLIT:

@@ -11,7 +11,8 @@ and pickling tens of thousands of small dataclasses costs more than the driver r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,6 +39,9 @@ class PartAnswer:
     """The replica version the part was computed from (see `kai_ray.split.replicas`)."""
     binds: list[PlacedPod]
     pipelined: list[PlacedPod]
+    seconds: float = field(default=0.0, compare=False)
+    """The part's compute time, its layout included (what a worker of its own would spend); not
+    part of what the answer says, so two equal answers compare equal whatever they took."""
 
 
 def sub_table(table: NodeTable, rows: np.ndarray, placeable: np.ndarray) -> NodeTable:
@@ -76,6 +80,7 @@ def allocate_part(
     usage: QueueUsage | None,
     token: int,
 ) -> PartAnswer:
+    started = time.perf_counter()
     session = Session(part_snapshot(snapshot, part), config, usage=usage, basis=basis)
     session.current_action = "allocate"
     allocate(session)
@@ -93,4 +98,4 @@ def allocate_part(
             gpus = task.accepted_gpus(float(table.gpu_memory[node]))
             pod = (job.key, task.name, table.names[node], task.groups, gpus)
             (binds if task.status == TaskStatus.ALLOCATED else pipelined).append(pod)
-    return PartAnswer(part.index, token, binds, pipelined)
+    return PartAnswer(part.index, token, binds, pipelined, time.perf_counter() - started)

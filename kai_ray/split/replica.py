@@ -11,7 +11,8 @@ the part; every replica and the driver compute the same layout from the same sna
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.distributed.partitions import partitions_for
@@ -32,16 +33,20 @@ class SplitLayout:
     bases: list[PartBasis]
     pending: dict[str, int]
     """Job key → its pending pods, for every job."""
+    seconds: float
+    """How long computing it took: every part computes it, so it is on each part's path."""
 
 
 def split_layout(snapshot: Snapshot, count: int, pool_label: str | None) -> SplitLayout:
+    started = time.perf_counter()
     partitions = partitions_for(snapshot.nodes.specs, count, list(snapshot.topologies.values()), pool_label)
     load = cluster_load(snapshot)
     dealt = deal(snapshot, partitions, load)
     own = [queue_sums(snapshot, part.jobs) for part in dealt.parts]
     kept = queue_sums(snapshot, dealt.kept)
     pending = {job.key: demand[2] for job, demand in zip(snapshot.jobs, load.demand, strict=True)}
-    return SplitLayout(dealt, sum(own, kept), part_bases(snapshot, own, kept), pending)
+    bases = part_bases(snapshot, own, kept)
+    return SplitLayout(dealt, sum(own, kept), bases, pending, time.perf_counter() - started)
 
 
 @dataclass(frozen=True)
@@ -152,9 +157,10 @@ class Replica:
         if token != self.token:
             return PartAnswer(part, self.token, [], [])
         layout = self.layout(count)
-        return allocate_part(
+        answer = allocate_part(
             _known(self.snapshot), layout.deal.parts[part], layout.bases[part], config, usage, token
         )
+        return replace(answer, seconds=answer.seconds + layout.seconds)
 
 
 def _known(snapshot: Snapshot | None) -> Snapshot:
