@@ -329,6 +329,8 @@ def simulate(
     if shard_by == ShardBy.NODE_POOL:
         _simulate_pools(loaded, executor, ray_address, output)
         return
+    if shard_by == ShardBy.JOBS:
+        _fail(["--shard-by jobs: split cycles run in `kai-ray bench` only (see docs/sharding.md)"])
     chosen = _executor(executor, shards, ray_address)
     cluster = SimulatedCluster(loaded.state, loaded.config, chosen, loaded.recorder, loaded.step)
     results = cluster.run(loaded.cycles)
