@@ -43,6 +43,8 @@ class JobQueue:
         """Queue → pushes and pops so far in its subtree."""
         self._choices: dict[str, tuple[tuple[int, int], Best | None]] = {}
         """Parent queue → (its version and stamp then, the best below it then)."""
+        self._top_level = session.queues.top_level()
+        """Listed once: queues do not change within a session, and every pop starts here."""
         self._push_all(jobs)
 
     def _push_all(self, jobs: list[Job]) -> None:
@@ -70,7 +72,7 @@ class JobQueue:
         self._stamp(job.queue)
 
     def pop(self) -> Job | None:
-        best = self._best_among(self.session.queues.top_level())
+        best = self._best_among(self._top_level)
         if best is None:
             return None
         leaf = best[0]

@@ -64,7 +64,7 @@ class Task:
 
     @property
     def needs_gpu(self) -> bool:
-        return self.spec.gpu > 0 or self.spec.gpu_memory_mib > 0
+        return spec_needs_gpu(self.spec)
 
     def gpu_memory_per_device(self, node_gpu_memory: float) -> float:
         """MiB this task takes on each shared device of a node with that GPU memory."""
@@ -199,6 +199,11 @@ def elastic_rank(counts: list[tuple[int, int]]) -> int:
         if have != need:
             rank = 2
     return rank
+
+
+def spec_needs_gpu(spec: TaskSpec) -> bool:
+    """Whether a pod of this spec asks for GPUs, whole, fractional or by memory."""
+    return spec.gpu > 0 or spec.gpu_memory_mib > 0
 
 
 def _compute_task_request(spec: TaskSpec) -> np.ndarray:

@@ -21,7 +21,7 @@ import numpy as np
 
 from kai_ray.distributed.executor import LocalExecutor
 from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskShape
-from kai_ray.engine.jobs import Job, Task
+from kai_ray.engine.jobs import Job, Task, spec_needs_gpu, task_request
 from kai_ray.engine.plugins.base import Plugin
 from kai_ray.engine.plugins.predicates import PredicatesPlugin
 from kai_ray.engine.plugins.scoring import (
@@ -32,6 +32,8 @@ from kai_ray.engine.plugins.scoring import (
     NodePlacementPlugin,
     ResourceTypePlugin,
 )
+from kai_ray.identity_cache import IdentityCache
+from kai_ray.model.objects import TaskSpec
 
 if TYPE_CHECKING:
     from kai_ray.engine.session import Session
@@ -64,6 +66,16 @@ def shape_key(shape: TaskShape) -> ShapeKey:
         spec.gpu_memory_mib,
         spec.gpu_devices,
     )
+
+
+def _spec_shape_key(spec: TaskSpec) -> ShapeKey:
+    return shape_key(TaskShape(tuple(task_request(spec).tolist()), spec_needs_gpu(spec), spec))
+
+
+spec_shape_key = IdentityCache(_spec_shape_key)
+"""A task's shape key, remembered per pod spec: it reads only the spec (a task's request is
+`task_request` of its spec, `jobs.build_job`), and a scheduler's specs outlive its cycles
+(`convert.live`), so a pod's key is built once, not in every session that places it."""
 
 
 def node_ranking(session: Session) -> NodeRanking | None:
@@ -180,7 +192,7 @@ class NodeFinder:
     def _key_of(self, task: Task) -> ShapeKey:
         key = self._keys.get(task.uid)
         if key is None:
-            key = self._keys[task.uid] = shape_key(shape_of(task))
+            key = self._keys[task.uid] = spec_shape_key(task.spec)
         return key
 
     def best(self, task: Task) -> int | None:

@@ -57,18 +57,18 @@ def place_task(
         reason = _node_capacity_problem(session, task, task.spec.gpu)
         if reason:
             return reason
-    row = best
-    # Over plain floats: the same IEEE sums and comparisons as the numpy expression, without
-    # four numpy calls on a vector of four (asked for every pod placed).
-    idle = session.nodes.idle[row].tolist()
-    starts_now = all(
-        [wanted <= free + EPSILON for wanted, free in zip(task.request.tolist(), idle, strict=True)]
-    )
-    if starts_now and not pipeline_only:
-        statement.allocate(task, row)
+    if not pipeline_only and _starts_now(task.request.tolist(), session.nodes.idle[best].tolist()):
+        statement.allocate(task, best)
     else:
-        statement.pipeline(task, row)
+        statement.pipeline(task, best)
     return None
+
+
+def _starts_now(request: list[float], idle: list[float]) -> bool:
+    """Whether the request fits the idle vector now. Over plain floats: the same IEEE sums and
+    comparisons as the numpy expression, without four numpy calls on a vector of four (asked for
+    every pod placed)."""
+    return all([wanted <= free + EPSILON for wanted, free in zip(request, idle, strict=True)])
 
 
 def _no_node_fits(session: Session, task: Task, node_mask: np.ndarray | None) -> str:

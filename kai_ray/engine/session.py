@@ -196,22 +196,29 @@ class Session:
         return set(self._job_moves)
 
     def _add(self, task: Task) -> None:
-        if not self.nodes.take_back(task):
+        # Only a releasing task can be taken back (`NodeState.take_back`): asked first, as for
+        # every pod placed the answer is no.
+        if task.status != TaskStatus.RELEASING or not self.nodes.take_back(task):
             self.nodes.add(task)
-        if self._is_charged(task) and task.node is not None:
+        if task.node is not None and self._is_charged(task):
             charge = self.placed_fairness(task, task.node)
             self._charges[task.uid] = charge
-            self.queues.charge(task.job.queue, charge, not task.job.spec.preemptible)
+            job = task.job
+            self.queues.charge(job.queue, charge, not job.spec.preemptible)
 
     def _remove(self, task: Task, *, leave_behind: bool = False) -> None:
+        if task.node is None:
+            # A pending task holds nothing on a node and charges no queue (nothing to remove):
+            # what every pod placed moves from.
+            return
         if leave_behind:
             self.nodes.leave_behind(task)
         else:
             self.nodes.remove(task)
-        charge = self._charges.pop(task.uid, None)
         uid = task.uid
+        charge = self._charges.pop(uid, None)
         at_open = uid in self._charged_at_open and uid not in self._discharged
-        if charge is None and at_open and task.node is not None:
+        if charge is None and at_open:
             # Booked at open, never moved since: charged where it still is.
             self._discharged.add(uid)
             charge = self.placed_fairness(task, task.node)
@@ -244,8 +251,9 @@ class Session:
         return self._fairness_totals
 
     def placed_fairness(self, task: Task, node: int) -> np.ndarray:
-        gpus = task.accepted_gpus(float(self.snapshot.nodes.gpu_memory[node]))
-        return np.array([task.spec.cpu_millis, task.spec.memory, gpus])
+        spec = task.spec
+        gpus = spec.accepted_gpus(float(self.snapshot.nodes.gpu_memory[node]))
+        return np.array([spec.cpu_millis, spec.memory, gpus])
 
     def fairness_request(self, tasks: Iterable[Task], gpu_memory: float) -> np.ndarray:
         """Summed in plain floats, in task order from 0.0: the very floats a numpy running sum

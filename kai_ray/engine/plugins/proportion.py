@@ -60,13 +60,16 @@ class ProportionPlugin(Plugin):
     def queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey:
         """§5.2 rules 1-6 as a sort key: smaller goes first.
 
-        Plain floats, not numpy, and one pass without helper calls: this runs for every queue
-        whose accounting changed on every pop, and the vectors have three entries.
+        Plain floats, not numpy, and one pass without helper calls or lists: this runs for every
+        queue whose accounting changed on every pop, and the vectors have three entries. The two
+        shares are running maxima, compared as `max` compares (a later term replaces the best
+        only when greater), so they are the floats `max` of the terms gives.
         """
         book = self.session.queues
         row = book.index[queue]
-        with_job_terms, allocated_terms = [], []
         over_utilized, starved, zero_share_used = True, True, False
+        with_job: float | None = None
+        allocated: float | None = None
         for used, wanted, (entitled_none, bound, fair, ceiling) in zip(
             book.allocated[row].tolist(), job.tolist(), self._order_terms[row], strict=True
         ):
@@ -78,18 +81,20 @@ class ProportionPlugin(Plugin):
             if entitled_none and after > 0:
                 zero_share_used = True
             if bound == 0:
-                with_job_terms.append(after * ZERO_SHARE_PENALTY)
-                allocated_terms.append(used * ZERO_SHARE_PENALTY)
+                with_job_term, allocated_term = after * ZERO_SHARE_PENALTY, used * ZERO_SHARE_PENALTY
             else:
-                with_job_terms.append(after / bound)
-                allocated_terms.append(used / bound)
+                with_job_term, allocated_term = after / bound, used / bound
+            if with_job is None or with_job_term > with_job:
+                with_job = with_job_term
+            if allocated is None or allocated_term > allocated:
+                allocated = allocated_term
         return (
             over_utilized,
             not starved,
             -book.specs[row].priority,
             zero_share_used,
-            max(with_job_terms, default=0.0),
-            max(allocated_terms, default=0.0),
+            0.0 if with_job is None else with_job,
+            0.0 if allocated is None else allocated,
         )
 
     def queue_tiebreak(self, left: str, right: str) -> int:

@@ -26,13 +26,16 @@ class TopologyPlugin(Plugin):
         self._trees: dict[str, DomainTree] = {}
 
     def splits_nodes(self, job: Job) -> bool:
+        """Walks a SubGroupSet's children without building its `members` list: asked of every
+        job attempt."""
         groups: list[SubGroupSet | PodSet] = [job.root]
         while groups:
             group = groups.pop()
             if group.topology is not None and group.topology.topology:
                 return True
             if isinstance(group, SubGroupSet):
-                groups.extend(group.members)
+                groups.extend(group.sets)
+                groups.extend(group.pod_sets)
         return False
 
     def node_subsets(
