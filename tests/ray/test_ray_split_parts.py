@@ -30,7 +30,7 @@ from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.constants import NODE_POOL_LABEL
 from kai_ray.bench.shapes import Shape, build_shape, gpu_job
 from kai_ray.distributed.shard_faults import ShardFault
-from kai_ray.engine.cycle import schedule
+from kai_ray.engine.cycle import open_session, run_actions, schedule
 from kai_ray.engine.plan import Plan
 from kai_ray.model.objects import QUEUE_CHARGING, ClusterState
 from kai_ray.model.snapshot import Snapshot, SnapshotCompiler, compile_snapshot
@@ -302,3 +302,30 @@ def test_a_split_cycle_whose_parts_leave_a_pod_pending_is_the_local_engines(
     assert runner.parts_answered == 2
     assert not runner.faults
     assert split.outcomes == {SplitOutcome.PENDING_LEFT: 1}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="kai_ray/split/cycle.py SplitCycles.schedule runs the local engine as schedule(snapshot, "
+    "config) (not split, line 121; fallback, line 141), dropping the queue usage it was given",
+)
+def test_a_cycle_given_queue_usage_is_the_local_engines_with_that_usage(ray_split: Make) -> None:
+    """Two 8-GPU jobs for one 8-GPU node: demand does not fit, so the cycle is the local
+    engine's. Queue a used the GPUs lately, so time-based fair share lets queue b's job in."""
+    state = (
+        cluster()
+        .node("n0", gpus=8)
+        .queue("a")
+        .queue("b", created=1.0)
+        .job("ja", queue="a", gpus=8)
+        .job("jb", queue="b", gpus=8)
+        .build()
+    )
+    snapshot = compile_snapshot(state)
+    usage = {"a": {"gpu": 0.9}, "b": {"gpu": 0.0}}
+    expected = run_actions(open_session(snapshot, config(), usage=usage))
+    assert [bind.job for bind in expected.binds] == ["jb"]
+    split, _ = ray_split(2)
+    plan = split.schedule(snapshot, config(), usage)
+    assert split.outcomes == {SplitOutcome.NOT_SPLIT: 1}
+    assert facts(plan) == facts(expected)
