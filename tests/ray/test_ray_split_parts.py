@@ -307,7 +307,7 @@ def test_a_split_cycle_whose_parts_leave_a_pod_pending_is_the_local_engines(
 @pytest.mark.xfail(
     strict=True,
     reason="kai_ray/split/cycle.py SplitCycles.schedule runs the local engine as schedule(snapshot, "
-    "config) (not split, line 121; fallback, line 141), dropping the queue usage it was given",
+    "config), both when the cycle is not split and on a fallback, dropping the queue usage it was given",
 )
 def test_a_cycle_given_queue_usage_is_the_local_engines_with_that_usage(ray_split: Make) -> None:
     """Two 8-GPU jobs for one 8-GPU node: demand does not fit, so the cycle is the local
