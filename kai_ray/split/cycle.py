@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kai_ray.api.config import SchedulerConfig
-from kai_ray.engine.cycle import schedule
+from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
 from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.snapshot import Snapshot
@@ -120,7 +120,7 @@ class SplitCycles:
     def schedule(self, snapshot: Snapshot, config: SchedulerConfig, usage: QueueUsage | None = None) -> Plan:
         if not self._splits(snapshot):
             self.outcomes[SplitOutcome.NOT_SPLIT] += 1
-            return schedule(snapshot, config)
+            return run_actions(open_session(snapshot, config, usage=usage))
         started = time.perf_counter()
         timing = SplitTiming()
         token = self.runner.prepare(snapshot)
@@ -141,7 +141,7 @@ class SplitCycles:
             plan = parts_plan(snapshot, answers)
             timing.merge = time.perf_counter() - mark
         else:
-            plan = schedule(snapshot, config)
+            plan = run_actions(open_session(snapshot, config, usage=usage))
             timing.fallback = time.perf_counter() - mark
         timing.total = time.perf_counter() - started
         self.timings.append(timing)

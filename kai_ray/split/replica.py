@@ -1,12 +1,12 @@
 """A part's copy of the cluster, kept in step by deltas, and the layout every copy derives alike.
 
 Each part keeps its own replica of the whole snapshot, as each of KAI's scheduling shards keeps
-its own informer cache, and is sent only what changed: a new node table, queue tree or topology
-list when the snapshot brings a new one (`SnapshotCompiler` keeps the objects of what did not
-change), and the job list as positions into the replica's previous list for jobs that are the
-very same objects, with only new jobs carried whole. A cycle then names the snapshot version and
-the part; every replica and the driver compute the same layout from the same snapshot
-(`split_layout`, a pure function), so the deal itself never crosses the wire.
+its own informer cache, and is sent only what changed: a new node table or queue tree when the
+snapshot brings a new one (`SnapshotCompiler` keeps the objects of what did not change), the
+Topologies when they differ, and the job list as positions into the replica's previous list
+for jobs that are the very same objects, with only new jobs carried whole. A cycle then names
+the snapshot version and the part; every replica and the driver compute the same layout from
+the same snapshot (`split_layout`, a pure function), so the deal itself never crosses the wire.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class SnapshotFeed:
             None
             if last is not None and last.queues is snapshot.queues
             else (snapshot.queues, snapshot.children),
-            None if last is not None and last.topologies is snapshot.topologies else snapshot.topologies,
+            None if last is not None and last.topologies == snapshot.topologies else snapshot.topologies,
             jobs,
             snapshot.held,
             snapshot.now,
@@ -118,6 +118,8 @@ class Replica:
         last = self.snapshot
         if last is None and (delta.nodes is None or delta.queues is None or delta.topologies is None):
             raise ValueError(f"replica has no snapshot to apply delta {delta.token} to")
+        if last is None and any(isinstance(job, int) for job in delta.jobs):
+            raise ValueError(f"replica has no jobs for delta {delta.token} to name by position")
         jobs = [last.jobs[j] if isinstance(j, int) and last is not None else j for j in delta.jobs]
         nodes = delta.nodes if delta.nodes is not None else _known(last).nodes
         queues, children = (

@@ -304,11 +304,6 @@ def test_a_split_cycle_whose_parts_leave_a_pod_pending_is_the_local_engines(
     assert split.outcomes == {SplitOutcome.PENDING_LEFT: 1}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kai_ray/split/cycle.py SplitCycles.schedule runs the local engine as schedule(snapshot, "
-    "config), both when the cycle is not split and on a fallback, dropping the queue usage it was given",
-)
 def test_a_cycle_given_queue_usage_is_the_local_engines_with_that_usage(ray_split: Make) -> None:
     """Two 8-GPU jobs for one 8-GPU node: demand does not fit, so the cycle is the local
     engine's. Queue a used the GPUs lately, so time-based fair share lets queue b's job in."""
