@@ -50,10 +50,10 @@ class PartRunner(Protocol):
         ...
 
     def answers(
-        self, snapshot: Snapshot, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
     ) -> list[PartAnswer]: ...
 
-    def layout(self, snapshot: Snapshot, token: int, count: int) -> SplitLayout:
+    def layout(self, count: int) -> SplitLayout:
         """The layout the parts computed (the driver's own copy)."""
         ...
 
@@ -77,11 +77,11 @@ class LocalParts:
         return self._token
 
     def answers(
-        self, snapshot: Snapshot, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
     ) -> list[PartAnswer]:
         return [self._replica.answer(token, part, count, config, usage) for part in range(count)]
 
-    def layout(self, snapshot: Snapshot, token: int, count: int) -> SplitLayout:
+    def layout(self, count: int) -> SplitLayout:
         return self._replica.layout(count)
 
     def close(self) -> None:
@@ -124,8 +124,8 @@ class SplitCycles:
         started = time.perf_counter()
         timing = SplitTiming()
         token = self.runner.prepare(snapshot)
-        answers = self.runner.answers(snapshot, token, self.count, config, usage)
-        layout = self.runner.layout(snapshot, token, self.count)
+        answers = self.runner.answers(token, self.count, config, usage)
+        layout = self.runner.layout(self.count)
         timing.parts = time.perf_counter() - started
         timing.part_seconds = [answer.seconds for answer in answers]
         mark = time.perf_counter()

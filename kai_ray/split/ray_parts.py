@@ -81,7 +81,7 @@ class RayParts:
         return self._feeds[0].token
 
     def answers(
-        self, snapshot: Snapshot, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
     ) -> list[PartAnswer]:
         if count != self.count:
             raise ValueError(f"{self.count} part actors cannot answer a cycle of {count} parts")
@@ -112,7 +112,7 @@ class RayParts:
             for index in range(count)
         ]
 
-    def layout(self, snapshot: Snapshot, token: int, count: int) -> SplitLayout:
+    def layout(self, count: int) -> SplitLayout:
         return self._local.layout(count)
 
     def close(self) -> None:

@@ -189,7 +189,7 @@ class SilentParts(LocalParts):
     """Answers every part with nothing placed: a part that lost its work."""
 
     def answers(
-        self, snapshot: Snapshot, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
     ) -> list[PartAnswer]:
         return [PartAnswer(part, token, [], []) for part in range(count)]
 
@@ -198,9 +198,9 @@ class StrayParts(LocalParts):
     """Swaps the parts' answers: each names the other part's pods and nodes."""
 
     def answers(
-        self, snapshot: Snapshot, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
     ) -> list[PartAnswer]:
-        found = super().answers(snapshot, token, count, config, usage)
+        found = super().answers(token, count, config, usage)
         return [PartAnswer(index, token, a.binds, a.pipelined) for index, a in enumerate(reversed(found))]
 
 
