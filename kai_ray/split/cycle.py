@@ -110,11 +110,11 @@ class SplitCycles:
     min_pending_pods: int = MIN_PENDING_PODS
     timings: list[SplitTiming] = field(default_factory=list)
     outcomes: collections.Counter[SplitOutcome] = field(default_factory=collections.Counter)
-    _qualified: tuple[Snapshot, bool] | None = field(default=None, repr=False)
 
     def prepare(self, snapshot: Snapshot) -> None:
-        """Bring the parts' replicas to `snapshot` ahead of its cycle (see `Replica`)."""
-        if self._splits(snapshot):
+        """Bring the parts' replicas to `snapshot` ahead of its cycle (see `Replica`), as an
+        informer keeps a cache in step whether or not the next cycle will be split."""
+        if self.count >= 2:
             self.runner.prepare(snapshot)
 
     def schedule(self, snapshot: Snapshot, config: SchedulerConfig, usage: QueueUsage | None = None) -> Plan:
@@ -151,17 +151,11 @@ class SplitCycles:
         self.runner.close()
 
     def _splits(self, snapshot: Snapshot) -> bool:
-        """Whether `snapshot` qualifies (module docstring); remembered for the last snapshot, which
-        `prepare` and then `schedule` ask about."""
-        if self._qualified is not None and self._qualified[0] is snapshot:
-            return self._qualified[1]
+        """Whether `snapshot` qualifies (see the module docstring)."""
+        if self.count < 2:
+            return False
         load = cluster_load(snapshot)
         pending = sum(pods for _, _, pods in load.demand)
-        qualified = (
-            self.count >= 2
-            and pending >= self.min_pending_pods
-            and demand_fits(snapshot, load)
-            and not has_stale_gang(snapshot)
+        return (
+            pending >= self.min_pending_pods and demand_fits(snapshot, load) and not has_stale_gang(snapshot)
         )
-        self._qualified = (snapshot, qualified)
-        return qualified
