@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kai_ray.distributed import kernels
 from kai_ray.distributed.executor import LocalExecutor
 from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskShape
 from kai_ray.engine.jobs import Job, Task, spec_needs_gpu, task_request
@@ -34,6 +35,7 @@ from kai_ray.engine.plugins.scoring import (
 )
 from kai_ray.identity_cache import IdentityCache
 from kai_ray.model.objects import TaskSpec
+from kai_ray.model.resources import EPSILON
 
 if TYPE_CHECKING:
     from kai_ray.engine.session import Session
@@ -152,6 +154,15 @@ class NodeFinder:
         releasing vectors and a node filter fixed for the session."""
         self._allocatable: list[bytes] | None = None
         """Each row's allocatable vector as bytes, part of the row states `_remembering` keys on."""
+        node_plugins = [type(p) for p in session.plugins if _scores_or_filters_nodes(p)]
+        self._ranking = (
+            node_ranking(session)
+            if self._plain_plugins and len(set(node_plugins)) == len(node_plugins)
+            else None
+        )
+        """The node plugins as the kernels' recipe, which scores a row as they do (what lets a
+        shard rank rows for the engine), for scoring row states ahead (`_scored_ahead`); None
+        when a plugin is not plainly ours or is listed twice (its scores would count twice)."""
 
     def prepare(self, jobs: list[Job]) -> None:
         """Let the executor rank rows for every pod shape of the jobs' pending pods, in one round.
@@ -311,10 +322,68 @@ class NodeFinder:
             )
             known = frontier.scored.get(state)
             if known is None:
-                feasible, scores = score_rows(self.session, task, np.array([row], dtype=np.int64))
-                known = frontier.scored[state] = (bool(feasible[0]), float(scores[0]))
+                known = frontier.scored[state] = self._scored_ahead(task, frontier, row)
             answers.append((row, *known))
         return answers
+
+    def _scored_ahead(self, task: Task, frontier: _Frontier, row: int) -> tuple[bool, float]:
+        """(feasible, score) of the row as it is; with the kernels' recipe, the states pods of
+        this shape allocated on it one after another would leave it in are scored in the same
+        pass and remembered too.
+
+        On alike nodes the first row to fill goes through the states every other row will, and
+        scoring them one placement at a time was a numpy pass on one row (a dozen calls) for
+        each. A successor is built with the very float subtraction allocating a pod books
+        (`NodeState._charge`), so a row that reaches it finds the score scoring it then gives;
+        one never reached is never looked up.
+        """
+        assert frontier.scored is not None and frontier.passes_filters is not None
+        assert self._allocatable is not None
+        if self._ranking is None:
+            feasible, scores = score_rows(self.session, task, np.array([row], dtype=np.int64))
+            return bool(feasible[0]), float(scores[0])
+        nodes = self.session.nodes
+        request = task.request.tolist()
+        releasing = nodes.releasing[row].tolist()
+        idle = nodes.idle[row].tolist()
+        states = [idle]
+        while len(states) <= LOOK_AHEAD and _holds(request, idle, releasing):
+            idle = [free - wanted for free, wanted in zip(idle, request, strict=True)]
+            states.append(idle)
+        count = len(states)
+        ahead = NodeRows(
+            rows=np.arange(count),
+            specs=[nodes.table.specs[row]] * count,
+            allocatable=np.repeat(nodes.table.allocatable[row : row + 1], count, axis=0),
+            idle=np.array(states),
+            releasing=np.repeat(nodes.releasing[row : row + 1], count, axis=0),
+            schedulable=np.ones(count, dtype=bool),
+            has_open_group=np.zeros(count, dtype=bool),
+        )
+        passes = frontier.passes_filters[row]
+        feasible_ahead = (kernels.fits(task.request, ahead.idle + ahead.releasing) & passes).tolist()
+        scores = kernels.score(self._ranking, shape_of(task), ahead, kernels.fits(task.request, ahead.idle))
+        answers = list(zip(feasible_ahead, scores.tolist(), strict=True))
+        allocatable, releasing_bytes = self._allocatable[row], ahead.releasing[0].tobytes()
+        for state, answer in zip(ahead.idle[1:], answers[1:], strict=True):
+            frontier.scored.setdefault((passes, allocatable, state.tobytes(), releasing_bytes), answer)
+        return answers[0]
+
+
+LOOK_AHEAD = 8
+"""At most this many successor states of a row are scored along with it (`_scored_ahead`): a
+pod of one GPU on a node of eight goes through eight."""
+
+
+def _holds(request: list[float], idle: list[float], releasing: list[float]) -> bool:
+    """Whether a row in this state has room for another pod of the request (only where scoring
+    ahead stops: the states' feasibility itself comes from the kernels)."""
+    return all(
+        [
+            wanted <= free + freed + EPSILON
+            for wanted, free, freed in zip(request, idle, releasing, strict=True)
+        ]
+    )
 
 
 SMALL_CHANGE = 32

@@ -2,8 +2,10 @@
 
 A whole-GPU pod's score from our own node plugins reads only a row's allocatable, idle and
 releasing vectors and the node filters, so the node finder scores each such row state once
-per pod shape (`NodeFinder._remembering`). These tests run whole cycles with the memory and
-without it and ask for the same plan, and check where the memory must stay off.
+per pod shape (`NodeFinder._remembering`), and scores the states a row filling with such pods
+goes through ahead of it (`NodeFinder._scored_ahead`). These tests run whole cycles with the memory
+and without it and ask for the same plan, check every remembered state against scoring a row in
+it, and check where the memory must stay off.
 """
 
 from __future__ import annotations
@@ -62,6 +64,51 @@ def test_remembered_row_scores_give_the_plan_fresh_scores_give(drawn: Drawn) -> 
     with without_memory():
         fresh = whole_plan(drawn)
     assert whole_plan(drawn) == fresh
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(scenarios, alike_nodes))
+def test_every_remembered_state_scores_as_a_row_in_it_does(drawn: Drawn) -> None:
+    """After a whole cycle, each state a shape's memory holds, those scored ahead of any row
+    reaching them included (`NodeFinder._scored_ahead`), has the (feasible, score) that scoring a
+    row put in that state gives."""
+    nodes, queues, first, later = drawn
+    session = full_cycle(with_arrivals(running_cluster(nodes, queues, first), later)).session
+    finder = session.node_finder
+    by_key = {
+        finder._key_of(task): task for job in session.jobs for task in job.tasks if task.uid in finder._keys
+    }
+    allocatable = [row.tobytes() for row in session.nodes.table.allocatable]
+    for key, frontier in finder._frontiers.items():
+        if frontier.scored is None:
+            continue
+        assert frontier.passes_filters is not None
+        task = by_key[key]
+        for (passes, row_allocatable, idle, releasing), remembered in frontier.scored.items():
+            row = next(
+                r
+                for r in range(len(allocatable))
+                if frontier.passes_filters[r] == passes and allocatable[r] == row_allocatable
+            )
+            session.nodes.idle[row] = np.frombuffer(idle)
+            session.nodes.releasing[row] = np.frombuffer(releasing)
+            feasible, scores = score_rows(session, task, np.array([row]))
+            assert (bool(feasible[0]), float(scores[0])) == remembered
+
+
+def test_the_first_row_to_fill_scores_the_states_ahead_of_it() -> None:
+    """Eight alike nodes: the full scan, then one pass for the states the first row goes through."""
+    session = open_session(eight_alike_nodes().build())
+    with mock.patch("kai_ray.engine.node_finder.score_rows", wraps=score_rows) as scored:
+        finder = session.node_finder
+        for pod in session.jobs[0].tasks:
+            row = finder.best(pod)
+            assert row is not None
+            session.nodes.idle[row] -= pod.request
+            session.nodes.changed_rows.append(row)
+    assert scored.call_count == 1  # the full scan; the states after it were scored ahead
+    frontier = finder._frontiers[finder._key_of(session.jobs[0].tasks[0])]
+    assert frontier.scored is not None and len(frontier.scored) == 8
 
 
 def eight_alike_nodes() -> ClusterBuilder:
