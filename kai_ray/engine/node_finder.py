@@ -12,6 +12,7 @@ gives, whichever executor prepared it.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -146,23 +147,22 @@ class NodeFinder:
         """Task uid → its shape key: a task's request and spec do not change within a session,
         and building the key again for each query (sorting its node selector) cost a twentieth
         of a small cluster's cycle."""
-        self._plain_plugins = all(
-            type(p) in KNOWN_NODE_PLUGINS for p in session.plugins if _scores_or_filters_nodes(p)
-        )
+        node_plugins = [type(p) for p in session.plugins if _scores_or_filters_nodes(p)]
+        self._plain_plugins = all(cls in KNOWN_NODE_PLUGINS for cls in node_plugins)
         """Whether every plugin that scores or filters nodes is one of ours as it is (not a
         subclass), whose score of a whole-GPU pod reads only the row's allocatable, idle and
         releasing vectors and a node filter fixed for the session."""
         self._allocatable: list[bytes] | None = None
         """Each row's allocatable vector as bytes, part of the row states `_remembering` keys on."""
-        node_plugins = [type(p) for p in session.plugins if _scores_or_filters_nodes(p)]
-        self._ranking = (
-            node_ranking(session)
-            if self._plain_plugins and len(set(node_plugins)) == len(node_plugins)
-            else None
-        )
-        """The node plugins as the kernels' recipe, which scores a row as they do (what lets a
-        shard rank rows for the engine), for scoring row states ahead (`_scored_ahead`); None
-        when a plugin is not plainly ours or is listed twice (its scores would count twice)."""
+        self._scores_ahead = self._plain_plugins and len(set(node_plugins)) == len(node_plugins)
+        """Whether row states may be scored ahead with the kernels' recipe (`_scored_ahead`): it
+        scores a row as the node plugins do (what lets a shard rank rows for the engine) when each
+        is plainly ours and listed once (one listed twice counts its scores twice)."""
+
+    @functools.cached_property
+    def _ranking(self) -> NodeRanking | None:
+        """The kernels' recipe for scoring ahead, built on the first miss that needs it."""
+        return node_ranking(self.session) if self._scores_ahead else None
 
     def prepare(self, jobs: list[Job]) -> None:
         """Let the executor rank rows for every pod shape of the jobs' pending pods, in one round.

@@ -125,20 +125,25 @@ class NodeState:
         row = task.node
         self.changed_rows.append(row)
         self._charge(row, task.request, task.status, sign)
-        if task.is_shared_gpu:
-            self._apply_groups(task.uid, task.spec, task.groups, task.status, row, sign)
+        spec = task.spec
+        if spec.is_shared_gpu:
+            self._apply_groups(task.uid, spec, task.groups, task.status, row, sign)
 
     def _charge(self, row: int, request: np.ndarray, status: TaskStatus, sign: float) -> None:
-        # Adding takes the request itself (the same floats as 1.0 times it), without a new array:
-        # this runs for every pod placed.
+        # Adding takes the request itself (the same floats as 1.0 times it), without a new array;
+        # a row changes in place through its view: the same ufunc as `self.idle[row] -= delta`,
+        # without that statement's write of the row back onto itself. This runs for every pod placed.
         delta = request if sign == 1.0 else sign * request
         if status == TaskStatus.RELEASING:
-            self.releasing[row] += delta
-            self.idle[row] -= delta
+            releasing, idle = self.releasing[row], self.idle[row]
+            releasing += delta
+            idle -= delta
         elif status == TaskStatus.PIPELINED:
-            self.releasing[row] -= delta
+            releasing = self.releasing[row]
+            releasing -= delta
         else:
-            self.idle[row] -= delta
+            idle = self.idle[row]
+            idle -= delta
 
     def _apply_groups(
         self,

@@ -56,13 +56,13 @@ class Plan:
 
 
 def task_state(session: Session, task: Task) -> TaskState:
-    node = session.nodes.table.names[task.node] if task.node is not None else None
+    status, row, spec = task.status, task.node, task.spec
+    table = session.nodes.table
+    node = spec.node if status == TaskStatus.PENDING else None if row is None else table.names[row]
     accepted = 0.0
-    if task.node is not None and task.status in OCCUPYING:
-        accepted = task.accepted_gpus(float(session.nodes.table.gpu_memory[task.node]))
-    return TaskState(
-        task.status, node if task.status != TaskStatus.PENDING else task.spec.node, task.groups, accepted
-    )
+    if row is not None and status in OCCUPYING:
+        accepted = spec.accepted_gpus(float(table.gpu_memory[row]))
+    return TaskState(status, node, task.groups, accepted)
 
 
 def build_plan(session: Session) -> Plan:
@@ -75,34 +75,33 @@ def build_plan(session: Session) -> Plan:
     """
     plan = Plan(problems=list(session.snapshot.problems))
     moved = session.moved_jobs()
+    placed_at_open, placed_by = session.placed_at_open, session.placed_by
     for job in session.jobs:
         if job not in moved and job.plan_states is not None:
             plan.tasks.update(job.plan_states)
             continue
+        # The job's key and each task's name and status read once: this runs for every task of
+        # every job that moved.
+        key = job.key
         states = {}
         for task in job.tasks:
             state = task_state(session, task)
-            states[(job.key, task.name)] = state
-            before, before_node = session.placed_at_open.get(task.uid, (task.status, task.node))
-            if task.status == before:
+            name, status = task.spec.name, task.status
+            states[(key, name)] = state
+            before, before_node = placed_at_open.get(task.uid, (status, task.node))
+            if status == before:
                 continue
-            if task.status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED) and state.node is not None:
-                bind = Bind(
-                    job.key,
-                    task.name,
-                    state.node,
-                    task.groups,
-                    state.accepted_gpus,
-                    session.placed_by.get(task.uid, "allocate"),
-                )
-                (plan.binds if task.status == TaskStatus.ALLOCATED else plan.pipelined).append(bind)
-            if task.status == TaskStatus.PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
+            if status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED) and state.node is not None:
+                action = placed_by.get(task.uid, "allocate")
+                bind = Bind(key, name, state.node, task.groups, state.accepted_gpus, action)
+                (plan.binds if status == TaskStatus.ALLOCATED else plan.pipelined).append(bind)
+            if status == TaskStatus.PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
                 moved_from = session.nodes.table.names[before_node]
                 reason = session.eviction_reasons[task.uid]
-                plan.evictions.append(Eviction(job.key, task.name, moved_from, reason))
-            elif task.status == TaskStatus.RELEASING:
+                plan.evictions.append(Eviction(key, name, moved_from, reason))
+            elif status == TaskStatus.RELEASING:
                 reason = session.eviction_reasons[task.uid]
-                plan.evictions.append(Eviction(job.key, task.name, state.node, reason))
+                plan.evictions.append(Eviction(key, name, state.node, reason))
         plan.tasks.update(states)
         job.plan_states = states
     for job in session.jobs_with_pending_tasks():

@@ -50,13 +50,17 @@ class QueueBook:
     def charge(self, queue: str, vector: np.ndarray, non_preemptible: bool, sign: float = 1.0) -> None:
         # Row by row: the same sums as one fancy-indexed add (each row of a chain appears once),
         # without building an index array for the two or three rows of a chain on every move.
-        # A charge adds the vector itself: the same floats as 1.0 times it, without a new array.
+        # A charge adds the vector itself: the same floats as 1.0 times it, without a new array;
+        # a row changes in place through its view: the same ufunc as `allocated[row] += delta`,
+        # without that statement's write of the row back onto itself.
         delta = vector if sign == 1.0 else sign * vector
         for row in self.chains[queue]:
             self.versions[row] += 1
-            self.allocated[row] += delta
+            allocated = self.allocated[row]
+            allocated += delta
             if non_preemptible:
-                self.allocated_non_preemptible[row] += delta
+                protected = self.allocated_non_preemptible[row]
+                protected += delta
 
     def add_request(self, queue: str, vector: np.ndarray) -> None:
         self.request[self.chains[queue]] += vector
