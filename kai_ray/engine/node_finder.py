@@ -83,7 +83,10 @@ spec_shape_key = IdentityCache(_spec_shape_key)
 
 def node_ranking(session: Session) -> NodeRanking | None:
     """The enabled node plugins as a recipe a shard can apply, or None if one cannot be expressed."""
-    node_plugins = [p for p in session.plugins if _scores_or_filters_nodes(p)]
+    return _ranking_of(node_plugins(session))
+
+
+def _ranking_of(node_plugins: list[Plugin]) -> NodeRanking | None:
     if any(not isinstance(p, KNOWN_NODE_PLUGINS) for p in node_plugins):
         return None
     names = {p.name for p in node_plugins}
@@ -98,10 +101,12 @@ def node_ranking(session: Session) -> NodeRanking | None:
     )
 
 
-def _scores_or_filters_nodes(plugin: Plugin) -> bool:
-    """Whether the plugin overrides a node hook (and so takes part in node ranking)."""
-    cls = type(plugin)
-    return any(getattr(cls, hook) is not getattr(Plugin, hook) for hook in ("node_scores", "node_filter"))
+def node_plugins(session: Session) -> list[Plugin]:
+    """The enabled plugins that override a node hook (and so take part in node ranking), in
+    configured order: read off the session's lists of plugins per hook, which it keeps anyway
+    (each session's node finder asks)."""
+    hooked = {id(p) for hook in ("node_scores", "node_filter") for p in session.plugins_with(hook)}
+    return [p for p in session.plugins if id(p) in hooked]
 
 
 def node_rows(session: Session) -> NodeRows:
@@ -147,14 +152,15 @@ class NodeFinder:
         """Task uid → its shape key: a task's request and spec do not change within a session,
         and building the key again for each query (sorting its node selector) cost a twentieth
         of a small cluster's cycle."""
-        node_plugins = [type(p) for p in session.plugins if _scores_or_filters_nodes(p)]
-        self._plain_plugins = all(cls in KNOWN_NODE_PLUGINS for cls in node_plugins)
+        self._node_plugins = node_plugins(session)
+        classes = [type(p) for p in self._node_plugins]
+        self._plain_plugins = all(cls in KNOWN_NODE_PLUGINS for cls in classes)
         """Whether every plugin that scores or filters nodes is one of ours as it is (not a
         subclass), whose score of a whole-GPU pod reads only the row's allocatable, idle and
         releasing vectors and a node filter fixed for the session."""
         self._allocatable: list[bytes] | None = None
         """Each row's allocatable vector as bytes, part of the row states `_remembering` keys on."""
-        self._scores_ahead = self._plain_plugins and len(set(node_plugins)) == len(node_plugins)
+        self._scores_ahead = self._plain_plugins and len(set(classes)) == len(classes)
         """Whether row states may be scored ahead with the kernels' recipe (`_scored_ahead`): it
         scores a row as the node plugins do (what lets a shard rank rows for the engine) when each
         is plainly ours and listed once (one listed twice counts its scores twice)."""
@@ -162,7 +168,7 @@ class NodeFinder:
     @functools.cached_property
     def _ranking(self) -> NodeRanking | None:
         """The kernels' recipe for scoring ahead, built on the first miss that needs it."""
-        return node_ranking(self.session) if self._scores_ahead else None
+        return _ranking_of(self._node_plugins) if self._scores_ahead else None
 
     def prepare(self, jobs: list[Job]) -> None:
         """Let the executor rank rows for every pod shape of the jobs' pending pods, in one round.
