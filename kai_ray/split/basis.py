@@ -74,12 +74,11 @@ def queue_sums(snapshot: Snapshot, jobs: list[JobSpec]) -> QueueSums:
     return QueueSums(up[0], up[1], up[2])
 
 
-def part_bases(snapshot: Snapshot, own: list[QueueSums], kept: QueueSums) -> list[PartBasis]:
-    """For each part: the cluster's totals and GPU memory bounds, and every other part's sums
-    plus the kept jobs' (what the part's session adds to its own booking)."""
+def part_bases(snapshot: Snapshot, own: list[QueueSums], everything: QueueSums) -> list[PartBasis]:
+    """For each part: the cluster's totals and GPU memory bounds, and what every job but the
+    part's own holds and asks (`everything` less `own`: what its session adds to its booking)."""
     totals = cluster_fairness_totals(snapshot)
     minimum, maximum = gpu_memory_bounds(snapshot.nodes)
-    everything = sum(own, kept)
     bases = []
     for sums in own:
         others = everything - sums

@@ -45,8 +45,9 @@ def split_layout(snapshot: Snapshot, count: int, pool_label: str | None) -> Spli
     own = [queue_sums(snapshot, part.jobs) for part in dealt.parts]
     kept = queue_sums(snapshot, dealt.kept)
     pending = {job.key: demand[2] for job, demand in zip(snapshot.jobs, load.demand, strict=True)}
-    bases = part_bases(snapshot, own, kept)
-    return SplitLayout(dealt, sum(own, kept), bases, pending, time.perf_counter() - started)
+    opening = sum(own, kept)
+    bases = part_bases(snapshot, own, opening)
+    return SplitLayout(dealt, opening, bases, pending, time.perf_counter() - started)
 
 
 @dataclass(frozen=True)
