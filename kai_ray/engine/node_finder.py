@@ -130,6 +130,47 @@ def node_rows(session: Session) -> NodeRows:
 RowState = tuple[bool, bytes, bytes, bytes]
 """What a row-local score of a whole-GPU pod reads of a row (`NodeFinder._row_states`)."""
 
+RowScores = dict[RowState, tuple[bool, float]]
+"""Row state → (feasible, score) for one pod shape (`_Frontier.scored`)."""
+
+_shared_row_scores: dict[tuple[NodeRanking, bytes], RowScores] = {}
+"""(the kernels' recipe, a request's bytes) → that shape's row states, kept across sessions.
+
+A whole-GPU pod's (feasible, score) of a row state is a function of the recipe, the request and
+the state alone (`NodeFinder._remembering`), whichever session asks, so what one cycle scored a
+later one reads back: a scheduler's cycles see mostly the same rows in the same states, and the
+first scan of a shape and the states scored ahead of the first row to fill were a twelfth of a
+small cluster's cycle. Bounded by `SHARED_SHAPES` and `SHARED_STATES` (cleared when full)."""
+
+SHARED_SHAPES = 256
+"""At most this many shapes' memories are kept across sessions (all dropped when one more comes)."""
+SHARED_STATES = 4096
+"""At most this many row states are kept per shape (all dropped when one more comes)."""
+
+
+def shared_row_scores(ranking: NodeRanking, request: bytes) -> RowScores:
+    """The memory of row states kept across sessions for pods of this request under this recipe."""
+    key = (ranking, request)
+    scores = _shared_row_scores.get(key)
+    if scores is None:
+        if len(_shared_row_scores) >= SHARED_SHAPES:
+            _shared_row_scores.clear()
+        scores = _shared_row_scores[key] = {}
+    return scores
+
+
+def forget_shared_row_scores() -> None:
+    """Drop what sessions remembered of row states (tests that count scoring start from none)."""
+    _shared_row_scores.clear()
+
+
+def _remember(scored: RowScores, state: RowState, answer: tuple[bool, float]) -> None:
+    """Keep a state's answer unless one is kept; a memory at its bound starts again empty."""
+    if state not in scored:
+        if len(scored) >= SHARED_STATES:
+            scored.clear()
+        scored[state] = answer
+
 
 @dataclass
 class _Frontier:
@@ -263,13 +304,48 @@ class NodeFinder:
             frontier = self._exact(task, key)
 
     def _exact(self, task: Task, key: ShapeKey) -> _Frontier:
-        rows = self.session.all_rows()
-        feasible, scores = score_rows(self.session, task, rows)
-        frontier = _frontier_from(
-            RankedRows(rows[feasible], scores[feasible], None), len(self.session.nodes.changed_rows)
-        )
-        self._frontiers[key] = self._remembering(frontier, task)
+        """Every row scored: on a small table whose row states the memory all holds (a cycle like
+        the last), read back from it, which gives the very floats scanning gives; otherwise by a
+        scan, whose answers a small table's memory keeps."""
+        session = self.session
+        frontier = self._remembering(_Frontier([], {}, None, len(session.nodes.changed_rows)), task)
+        rows = session.all_rows()
+        small = frontier.scored is not None and len(rows) < SMALL_CHANGE
+        answers = self._all_recalled(frontier) if small else None
+        if answers is None:
+            feasible, scores = score_rows(session, task, rows)
+            answers = list(zip(rows.tolist(), feasible.tolist(), scores.tolist(), strict=True))
+            if small:
+                assert frontier.scored is not None
+                for state, (_, ok, value) in zip(self._row_states(frontier), answers, strict=True):
+                    _remember(frontier.scored, state, (ok, value))
+        frontier.heap = [(-value, row) for row, ok, value in answers if ok]
+        heapq.heapify(frontier.heap)
+        frontier.current = {row: rank for rank, row in frontier.heap}
+        self._frontiers[key] = frontier
         return frontier
+
+    def _row_states(self, frontier: _Frontier) -> list[RowState]:
+        """Every row's state as the memory keys it (`_remembering`)."""
+        assert frontier.passes_filters is not None and self._allocatable is not None
+        nodes = self.session.nodes
+        return [
+            (passes, allocatable, idle.tobytes(), releasing.tobytes())
+            for passes, allocatable, idle, releasing in zip(
+                frontier.passes_filters, self._allocatable, nodes.idle, nodes.releasing, strict=True
+            )
+        ]
+
+    def _all_recalled(self, frontier: _Frontier) -> list[tuple[int, bool, float]] | None:
+        """(row, feasible, score) of every row from the memory, or None if it lacks a row's state."""
+        assert frontier.scored is not None
+        answers = []
+        for row, state in enumerate(self._row_states(frontier)):
+            known = frontier.scored.get(state)
+            if known is None:
+                return None
+            answers.append((row, *known))
+        return answers
 
     def _remembering(self, frontier: _Frontier, task: Task) -> _Frontier:
         """Give the frontier a memory of row states when its shape's scores read nothing else.
@@ -290,7 +366,9 @@ class NodeFinder:
             node_filter = plugin.node_filter(task)
             if node_filter is not None:
                 passes &= node_filter.mask
-        frontier.scored = {}
+        frontier.scored = (
+            {} if self._ranking is None else shared_row_scores(self._ranking, task.request.tobytes())
+        )
         frontier.passes_filters = passes.tolist()
         return frontier
 
@@ -328,7 +406,8 @@ class NodeFinder:
             )
             known = frontier.scored.get(state)
             if known is None:
-                known = frontier.scored[state] = self._scored_ahead(task, frontier, row)
+                known = self._scored_ahead(task, frontier, row)
+                _remember(frontier.scored, state, known)
             answers.append((row, *known))
         return answers
 
@@ -372,7 +451,7 @@ class NodeFinder:
         answers = list(zip(feasible_ahead, scores.tolist(), strict=True))
         allocatable, releasing_bytes = self._allocatable[row], ahead.releasing[0].tobytes()
         for state, answer in zip(ahead.idle[1:], answers[1:], strict=True):
-            frontier.scored.setdefault((passes, allocatable, state.tobytes(), releasing_bytes), answer)
+            _remember(frontier.scored, (passes, allocatable, state.tobytes(), releasing_bytes), answer)
         return answers[0]
 
 

@@ -27,11 +27,20 @@ from random_clusters import (
     with_arrivals,
 )
 
-from kai_ray.engine.node_finder import NodeFinder, score_rows
+from kai_ray.distributed.kernels import NodeRanking
+from kai_ray.engine.cycle import run_actions
+from kai_ray.engine.node_finder import NodeFinder, forget_shared_row_scores, score_rows, shared_row_scores
 from kai_ray.engine.plugins.registry import PLUGINS
 from kai_ray.engine.plugins.scoring import NodePlacementPlugin
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def no_shared_row_scores() -> None:
+    """Each test starts from no row state remembered by an earlier session (`shared_row_scores`)."""
+    forget_shared_row_scores()
+
 
 Drawn = tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]]
 
@@ -48,7 +57,10 @@ alike_nodes = st.tuples(
 """Nodes of two sizes only, so rows often reach a state another row was in."""
 
 
-def whole_plan(drawn: Drawn) -> tuple[object, ...]:
+def whole_plan(drawn: Drawn, *, forget: bool = True) -> tuple[object, ...]:
+    """`forget`: start from no row state remembered by an earlier session."""
+    if forget:
+        forget_shared_row_scores()
     nodes, queues, first, later = drawn
     plan = full_cycle(with_arrivals(running_cluster(nodes, queues, first), later)).plan
     return (plan.binds, plan.pipelined, plan.evictions, plan.pending_reasons, plan.tasks)
@@ -72,6 +84,7 @@ def test_every_remembered_state_scores_as_a_row_in_it_does(drawn: Drawn) -> None
     """After a whole cycle, each state a shape's memory holds, those scored ahead of any row
     reaching them included (`NodeFinder._scored_ahead`), has the (feasible, score) that scoring a
     row put in that state gives."""
+    forget_shared_row_scores()  # only states of rows of this cluster, found below by allocatable
     nodes, queues, first, later = drawn
     session = full_cycle(with_arrivals(running_cluster(nodes, queues, first), later)).session
     finder = session.node_finder
@@ -108,7 +121,7 @@ def test_the_first_row_to_fill_scores_the_states_ahead_of_it() -> None:
             session.nodes.changed_rows.append(row)
     assert scored.call_count == 1  # the full scan; the states after it were scored ahead
     frontier = finder._frontiers[finder._key_of(session.jobs[0].tasks[0])]
-    assert frontier.scored is not None and len(frontier.scored) == 8
+    assert frontier.scored is not None and len(frontier.scored) == 9  # 8 free GPUs (the scan) to 0
 
 
 def eight_alike_nodes() -> ClusterBuilder:
@@ -134,7 +147,7 @@ def test_rows_in_a_state_seen_before_are_not_scored_again() -> None:
     frontier = finder._frontiers[finder._key_of(task)]
     assert frontier.scored is not None
     assert chosen == [0] * 8 + [1] * 8 + [2] * 4
-    assert len(frontier.scored) == 8  # 7 free GPUs down to 0 (8 free was the first full scan)
+    assert len(frontier.scored) == 9  # 8 free GPUs (the full scan) down to 0
     for row in (0, 2, 3):
         feasible, scores = score_rows(session, task, np.array([row]))
         assert row in frontier.current or not feasible[0]
@@ -166,3 +179,46 @@ def test_a_subclassed_node_plugin_turns_the_memory_off() -> None:
     finder = session.node_finder
     assert finder.best(task) == 0
     assert finder._frontiers[finder._key_of(task)].scored is None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(scenarios, alike_nodes), st.one_of(scenarios, alike_nodes))
+def test_row_states_remembered_by_earlier_sessions_give_the_plan_fresh_scores_give(
+    drawn: Drawn, earlier: Drawn
+) -> None:
+    """What sessions remember across cycles (`shared_row_scores`) changes no plan: a cluster's
+    cycle after another cluster's, and after its own, plans as with no memory at all."""
+    with without_memory():
+        fresh = whole_plan(drawn)
+    whole_plan(earlier)
+    assert whole_plan(drawn, forget=False) == fresh
+    assert whole_plan(drawn, forget=False) == fresh
+
+
+def test_a_cycle_like_the_last_scores_no_row() -> None:
+    """The second session over the same cluster reads every row state the first one scored."""
+    state = eight_alike_nodes().build()
+    first = run_actions(open_session(state))
+    with (
+        mock.patch("kai_ray.engine.node_finder.score_rows", wraps=score_rows) as scanned,
+        mock.patch.object(NodeFinder, "_scored_ahead", side_effect=AssertionError("scored")) as ahead,
+    ):
+        again = run_actions(open_session(state))
+    assert scanned.call_count == 0 and ahead.call_count == 0
+    assert (again.binds, again.pipelined, again.tasks) == (first.binds, first.pipelined, first.tasks)
+
+
+def test_the_shared_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shape's memory at its bound starts again empty, and so does the set of shapes."""
+    monkeypatch.setattr("kai_ray.engine.node_finder.SHARED_STATES", 4)
+    monkeypatch.setattr("kai_ray.engine.node_finder.SHARED_SHAPES", 1)
+    state = eight_alike_nodes().build()
+    plan = run_actions(open_session(state))
+    session = open_session(state)
+    assert run_actions(session).binds == plan.binds
+    frontier = session.node_finder._frontiers[session.node_finder._key_of(session.jobs[0].tasks[0])]
+    assert frontier.scored is not None and len(frontier.scored) <= 4
+    first = shared_row_scores(NodeRanking(), b"a")
+    assert shared_row_scores(NodeRanking(), b"a") is first
+    shared_row_scores(NodeRanking(), b"b")
+    assert shared_row_scores(NodeRanking(), b"a") is not first

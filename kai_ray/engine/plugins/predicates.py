@@ -2,7 +2,8 @@
 
 Masks that depend only on a task's constraints (affinity, selector,
 tolerations, GPU-memory sync) are computed once per constraint signature
-per session; a thousand identical pods cost one evaluation.
+per node table (every session over it shares them); a thousand identical
+pods cost one evaluation.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import numpy as np
 
 from kai_ray.engine.jobs import Task
 from kai_ray.engine.plugins.base import NodeFilter, Plugin
+from kai_ray.identity_cache import IdentityCache
 from kai_ray.model.affinity import matches_node
 from kai_ray.model.objects import TaskSpec
+from kai_ray.model.snapshot import NodeTable
 
 SignatureKey = tuple[object, ...]
 
@@ -21,12 +24,10 @@ class PredicatesPlugin(Plugin):
     name = "predicates"
 
     def on_session_open(self) -> None:
-        self._static: dict[SignatureKey, NodeFilter] = {}
-        self._max_allocatable = self.session.nodes.table.allocatable.max(axis=0, initial=0.0)
-        self._too_big: dict[bytes, bool] = {}
-        """Request (its bytes) → the verdict below: it reads only the task's request and the node
-        table's allocatable, neither of which changes in a session, and is asked before every
-        placement; alike pods share one answer."""
+        memo = table_memo(self.session.nodes.table)
+        self._static = memo.static
+        self._max_allocatable = memo.max_allocatable
+        self._too_big = memo.too_big
 
     def pre_predicate(self, task: Task) -> str | None:
         request = task.request.tobytes()
@@ -61,7 +62,28 @@ class PredicatesPlugin(Plugin):
             if turned_away:
                 reasons.append(f"{turned_away} {words}")
             mask &= stage_mask
+        mask.flags.writeable = False  # shared by every session over the table (`table_memo`)
         return NodeFilter(mask, ", ".join(reasons))
+
+
+class TableMemo:
+    """What the plugin's answers read of a node table alone, kept for as long as the table lives.
+
+    A table is never changed once compiled, and a scheduler's sessions (every cycle of a bench,
+    every split part's what-ifs) open over one table many times: the filters (a `matches_node`
+    call per node and signature) and the largest allocatable were worked out again each time.
+    """
+
+    def __init__(self, table: NodeTable) -> None:
+        self.static: dict[SignatureKey, NodeFilter] = {}
+        """Constraint signature → the node filter of `_static_filter`."""
+        self.max_allocatable: np.ndarray = table.allocatable.max(axis=0, initial=0.0)
+        self.too_big: dict[bytes, bool] = {}
+        """Request (its bytes) → whether it is larger than any node: it reads only the request and
+        the table's allocatable, and is asked before every placement; alike pods share one answer."""
+
+
+table_memo: IdentityCache[NodeTable, TableMemo] = IdentityCache(TableMemo)
 
 
 def _signature(spec: TaskSpec) -> SignatureKey:
