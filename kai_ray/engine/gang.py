@@ -35,8 +35,18 @@ def tasks_to_allocate(
 
 
 def _collect(session: Session, node: SubGroupSet, extra: frozenset[int] | set[int]) -> list[Task]:
-    """Each member's allocated pods are counted once, for whether it has its minimum and for how
-    many it still needs: gang collection runs for every job queue order weighs."""
+    """The tasks one attempt takes of the group; a group of one pod set the short way (gang
+    collection runs for every job queue order weighs)."""
+    if not node.sets and len(node.pod_sets) == 1:
+        return _lone_pod_set(session, node, node.pod_sets[0], extra)
+    return _walk(session, node, extra)
+
+
+def _walk(session: Session, node: SubGroupSet, extra: frozenset[int] | set[int]) -> list[Task]:
+    """§8.3 over the group's members in subgroup order: below the group's minimum the missing
+    part of each unsatisfied member among its first members, once satisfied the first member's
+    next pods. Each member's allocated pods are counted once, for whether it has its minimum and
+    for how many it still needs."""
     members = session.sorted_members(node)
     counts: list[int | None] = []
     satisfied: list[bool] = []
@@ -60,6 +70,18 @@ def _collect(session: Session, node: SubGroupSet, extra: frozenset[int] | set[in
         if tasks:
             return tasks
     return []
+
+
+def _lone_pod_set(
+    session: Session, node: SubGroupSet, pod_set: PodSet, extra: frozenset[int] | set[int]
+) -> list[Task]:
+    """What `_walk` gives a group of one pod set (most jobs), without its lists: that pod set's
+    tasks, unless it has its minimum and the group asks for more than one member (which its
+    lone member cannot give)."""
+    allocated = pod_set.active_allocated()
+    if allocated >= pod_set.min_available and node.min_members() > 1:
+        return []
+    return _member_tasks(session, pod_set, allocated, extra)
 
 
 def _member_tasks(

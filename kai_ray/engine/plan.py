@@ -55,14 +55,29 @@ class Plan:
     problems: list[Problem] = field(default_factory=list)
 
 
-def task_state(session: Session, task: Task) -> TaskState:
+StateFields = tuple[TaskStatus, str | None, tuple[str, ...], float]
+
+
+def task_state(session: Session, task: Task, alike: dict[StateFields, TaskState] | None = None) -> TaskState:
+    """`alike`: states made so far, by their fields. A state is frozen, so tasks that stand alike
+    (the pods a cycle put on one node) may share one; building a frozen dataclass (a
+    `object.__setattr__` per field) was a fortieth of a small cluster's cycle. Only where equal
+    fields print alike: a GPU count that is no float, or a zero (0.0 equals -0.0), is not shared."""
     status, row, spec = task.status, task.node, task.spec
     table = session.nodes.table
     node = spec.node if status == TaskStatus.PENDING else None if row is None else table.names[row]
     accepted = 0.0
     if row is not None and status in OCCUPYING:
         accepted = spec.accepted_gpus(float(table.gpu_memory[row]))
-    return TaskState(status, node, task.groups, accepted)
+        if type(accepted) is not float or accepted == 0.0:
+            alike = None
+    if alike is None:
+        return TaskState(status, node, task.groups, accepted)
+    fields = (status, node, task.groups, accepted)
+    state = alike.get(fields)
+    if state is None:
+        state = alike[fields] = TaskState(*fields)
+    return state
 
 
 def build_plan(session: Session) -> Plan:
@@ -76,6 +91,7 @@ def build_plan(session: Session) -> Plan:
     plan = Plan(problems=list(session.snapshot.problems))
     moved = session.moved_jobs()
     placed_at_open, placed_by = session.placed_at_open, session.placed_by
+    alike: dict[StateFields, TaskState] = {}
     for job in session.jobs:
         if job not in moved and job.plan_states is not None:
             plan.tasks.update(job.plan_states)
@@ -85,7 +101,7 @@ def build_plan(session: Session) -> Plan:
         key = job.key
         states = {}
         for task in job.tasks:
-            state = task_state(session, task)
+            state = task_state(session, task, alike)
             name, status = task.spec.name, task.status
             states[(key, name)] = state
             before, before_node = placed_at_open.get(task.uid, (status, task.node))

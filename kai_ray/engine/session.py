@@ -334,8 +334,14 @@ class Session:
         return cached
 
     def _queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey:
+        plugins = self.plugins_with("queue_order_key")
+        if len(plugins) == 1:
+            # One plugin orders queues (the default set): its key as a tuple, without building
+            # the concatenation (asked for every queue whose accounting changed, on every pop).
+            part = plugins[0].queue_order_key(queue, job)
+            return () if part is None else tuple(part)
         key: list[float | str] = []
-        for plugin in self.plugins_with("queue_order_key"):
+        for plugin in plugins:
             part = plugin.queue_order_key(queue, job)
             if part is not None:
                 key.extend(part)

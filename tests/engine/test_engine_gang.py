@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 from builders import binds, cluster, find_job, find_task, open_session, pod_set, run_cycle, subgroup_set
+from hypothesis import HealthCheck, given, settings
+from random_clusters import JobDraw, QueueDraw, full_cycle, running_cluster, scenarios, with_arrivals
 
+from kai_ray.engine import gang
 from kai_ray.engine.gang import should_pipeline, tasks_to_allocate
 from kai_ray.engine.session import Session
 from kai_ray.engine.statement import Statement
@@ -13,6 +16,7 @@ from kai_ray.model.objects import ClusterState, TaskStatus
 pytestmark = pytest.mark.unit
 
 S = TaskStatus
+Drawn = tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]]
 
 
 def names_to_allocate(session: Session, job: str) -> list[str]:
@@ -288,3 +292,36 @@ def test_optional_member_with_fewer_pods_grows_first() -> None:
 def test_required_member_grows_before_an_optional_one() -> None:
     state = tree_state({"a-optional": (1, 0), "b-required": (1, 1)}, {"a-optional": 0, "b-required": 1})
     assert names_to_allocate(open_session(state), "j") == ["b-required-0"]
+
+
+# ---------------------------------------------------------------------- a lone pod set, the short way
+
+
+@pytest.mark.parametrize("min_subgroups", [None, 0, 1, 2])
+@pytest.mark.parametrize(
+    ("pending", "running", "minimum"), [(3, 0, 2), (2, 2, 2), (1, 3, 2), (0, 2, 1), (2, 0, 0)]
+)
+def test_a_lone_pod_set_takes_what_the_walk_over_members_takes(
+    min_subgroups: int | None, pending: int, running: int, minimum: int
+) -> None:
+    """`gang._lone_pod_set` (a group of one pod set, most jobs) answers as `gang._walk` does,
+    with and without evicted tasks that may be placed again. A minimum of two members, which a
+    snapshot turns away for a group of one, is set on the session's job."""
+    session = open_session(tree_state({"a": (pending, running)}, {"a": minimum}))
+    job = session.jobs[0]
+    job.root.min_subgroups = min_subgroups
+    for extra in (gang.NO_EXTRA, frozenset(t.uid for t in job.tasks)):
+        assert gang._collect(session, job.root, extra) == gang._walk(session, job.root, extra)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_lone_pod_sets_take_what_the_walk_takes_after_a_cycle(drawn: Drawn) -> None:
+    """After whole cycles on random clusters (pods pending, placed, pipelined, evicted), every job's
+    collection by the short way is the walk's."""
+    nodes, queues, first, later = drawn
+    session = full_cycle(with_arrivals(running_cluster(nodes, queues, first), later)).session
+    releasing = frozenset(t.uid for job in session.jobs for t in job.tasks if t.status == S.RELEASING)
+    for job in session.jobs:
+        for extra in (gang.NO_EXTRA, releasing):
+            assert gang._collect(session, job.root, extra) == gang._walk(session, job.root, extra)

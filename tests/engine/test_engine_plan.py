@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import pytest
 from builders import cluster, config, owner_and_borrower, run_cycle
+from hypothesis import HealthCheck, given, settings
+from random_clusters import JobDraw, QueueDraw, full_cycle, running_cluster, scenarios, with_arrivals
 
+from kai_ray.engine.plan import task_state
 from kai_ray.engine.reasons import EvictionCause
 from kai_ray.model.objects import TaskStatus
 
 pytestmark = pytest.mark.unit
 
 S = TaskStatus
+Drawn = tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]]
 
 
 def test_plan_reports_every_task_and_only_changes_as_binds() -> None:
@@ -72,3 +76,32 @@ def test_reclaim_records_its_cause_the_preemptor_and_the_placing_action() -> Non
 def test_allocate_is_named_as_the_action_of_its_binds() -> None:
     plan = run_cycle(cluster().node("n1", gpus=1).queue("q").job("j", queue="q", gpus=1).build())
     assert [(b.job, b.action) for b in plan.binds] == [("j", "allocate")]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_shared_task_states_are_each_tasks_own(drawn: Drawn) -> None:
+    """Tasks that stand alike share one state in the plan (`task_state`'s `alike`): each is the
+    state made for the task alone, and prints as it does."""
+    nodes, queues, first, later = drawn
+    result = full_cycle(with_arrivals(running_cluster(nodes, queues, first), later))
+    for job in result.session.jobs:
+        for task in job.tasks:
+            state = result.plan.tasks[(job.key, task.name)]
+            assert state == task_state(result.session, task)
+            assert repr(state) == repr(task_state(result.session, task))
+
+
+def test_task_states_that_print_differently_are_not_shared() -> None:
+    """A whole GPU given as an int prints otherwise than one given as a float: not shared."""
+    state = (
+        cluster()
+        .node("n1", gpus=2)
+        .queue("q")
+        .job("as-float", queue="q", gpus=1.0)
+        .job("as-int", queue="q", gpus=1)
+        .build()
+    )
+    plan = run_cycle(state)
+    assert repr(plan.tasks[("as-float", "as-float-0")].accepted_gpus) == "1.0"
+    assert repr(plan.tasks[("as-int", "as-int-0")].accepted_gpus) == "1"
