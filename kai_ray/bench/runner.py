@@ -23,6 +23,7 @@ from kai_ray.bench.shapes import build_shape
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import schedule
 from kai_ray.model.snapshot import compile_snapshot
+from kai_ray.server.gc_tuning import freeze_what_lives
 from kai_ray.split.cycle import SplitCycles
 
 
@@ -181,6 +182,9 @@ class _Cycles:
             started = time.perf_counter()
             self.split.prepare(snapshot)
             self.prepares.append(time.perf_counter() - started)
+        # A served cycle runs over a model the collector no longer walks (`serve` freezes it after
+        # its first read): the timed cycle does too, whichever executor runs it.
+        freeze_what_lives()
         started = time.perf_counter()
         if self.split is not None:
             plan = self.split.schedule(snapshot, config)

@@ -100,8 +100,15 @@ class QueueBook:
             for i, q in enumerate(self.specs)
         ]
         shares = fair_shares(nodes, _by_resource(totals), k_value)
+        divided = np.zeros_like(self.fair_share)
         for name, share in shares.items():
-            self.fair_share[self.index[name]] = [share[r] for r in FAIRNESS_RESOURCES]
+            divided[self.index[name]] = [share[r] for r in FAIRNESS_RESOURCES]
+        self.adopt_fair_shares(divided)
+
+    def adopt_fair_shares(self, shares: np.ndarray) -> None:
+        """Take fair shares divided elsewhere: a split cycle's coordinator judges the parts'
+        reclaims by the shares their sessions divided."""
+        self.fair_share[...] = shares
         self._allocatable_share = self._compute_allocatable_share()
 
     def _compute_allocatable_share(self) -> np.ndarray:

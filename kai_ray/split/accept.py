@@ -13,6 +13,7 @@ limit and that is preemptible cannot be refused, which is most jobs of most clus
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 
@@ -32,16 +33,7 @@ def accept(
     limited = {name: bool((book.limit[chain] != UNLIMITED).any()) for name, chain in book.chains.items()}
     allocated = opening.allocated.copy()
     protected = opening.allocated_non_preemptible.copy()
-    charges: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(3))
-    requests: dict[str, dict[str, tuple[float, float]]] = {}
-    for job_key, task_name, _node, _groups, gpus in placed:
-        job = jobs[job_key]
-        if job.preemptible and not limited[job.queue]:
-            continue
-        if job_key not in requests:
-            requests[job_key] = {t.name: (t.cpu_millis, t.memory) for t in job.tasks}
-        cpu, memory = requests[job_key][task_name]
-        charges[job_key] += (cpu, memory, gpus)
+    charges = job_charges(jobs, placed, lambda job: not job.preemptible or limited[job.queue])
     refused = set()
     order = sorted(charges, key=lambda key: (-jobs[key].priority, jobs[key].created, key))
     for key in order:
@@ -60,3 +52,20 @@ def accept(
 
 def _over(bound: np.ndarray, used: np.ndarray, charge: np.ndarray) -> bool:
     return bool(((bound != UNLIMITED) & (charge > 0) & (used + charge > bound + EPSILON)).any())
+
+
+def job_charges(
+    jobs: dict[str, JobSpec], placed: list[PlacedPod], charged: Callable[[JobSpec], bool]
+) -> dict[str, np.ndarray]:
+    """Per job for which `charged` holds: (cpu, memory, GPUs granted) its placed pods take."""
+    charges: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(3))
+    requests: dict[str, dict[str, tuple[float, float]]] = {}
+    for job_key, task_name, _node, _groups, gpus, _action in placed:
+        job = jobs[job_key]
+        if not charged(job):
+            continue
+        if job_key not in requests:
+            requests[job_key] = {t.name: (t.cpu_millis, t.memory) for t in job.tasks}
+        cpu, memory = requests[job_key][task_name]
+        charges[job_key] += (cpu, memory, gpus)
+    return charges

@@ -1,20 +1,25 @@
-"""A split cycle: parts allocate in parallel, the coordinator accepts, or the local engine decides.
+"""A split cycle: parts schedule in parallel, the coordinator accepts, or the local engine decides.
 
 1. Every part (`Replica`) derives the same layout from the same snapshot: node partitions
-   (whole Topology domains, pools apart), each job dealt to one part, each part's basis.
-2. Each part runs the allocate action over its nodes and jobs (`allocate_part`), in parallel.
-3. The coordinator accepts their placements under the queue rules the parts could not see
-   together (`accept`).
-4. If that placed every pending pod, the plan is those placements (`merge`). Otherwise, or if a
-   job was kept or refused, the cycle is the local engine's over the whole snapshot.
+   (whole Topology domains, pools apart), each job dealt to one part or a plain gang divided
+   among them, each part's basis.
+2. Each part runs allocate and the victim searches (consolidation, reclaim, preempt) over its
+   nodes and jobs (`run_part`), in parallel.
+3. The coordinator checks the answers (`checks`), accepts their placements under the queue
+   limits and quotas the parts could not see together (`accept`), and judges their evictions
+   together (`evictions`).
+4. If that placed every pending pod, the plan is the parts' placements and evictions (`merge`).
+   Otherwise, or if a job was kept, refused or left pending, the cycle is the local engine's
+   over the whole snapshot.
 
 So a split cycle's plan is either exactly the local engine's or one that places every pending
-pod: no plan can place more, at any priority. Where it places them can differ from the local
-engine (a job's best node may lie in another part); every invariant of the spec still holds
-(docs/sharding.md, "Split cycles"). A snapshot is split only when that can pay and cannot change
-who gets in: at least `min_pending_pods` pending pods, all of them fitting the free CPU and GPUs
-together (so no queue order or fair share decides between jobs), and no gang below its minimum
-(stale gang eviction needs the whole session). Otherwise the cycle is local from the start.
+pod, taking from running pods no more GPUs than that needs: no plan can place more, at any
+priority, nor do it taking fewer GPUs. Where it places them, and which victims give the GPUs up,
+can differ from the local engine (a job's best node or the cheapest victim may lie in another
+part); every invariant of the spec still holds (docs/sharding.md, "Split cycles"). A snapshot is
+split only when that can pay: at least `min_pods` pods (pending and placed: placing and victim
+search both grow with them), one pending, and no gang below its minimum (stale gang eviction
+needs the whole session). Otherwise the cycle is local from the start.
 """
 
 from __future__ import annotations
@@ -28,16 +33,18 @@ from kai_ray.api.config import SchedulerConfig
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
 from kai_ray.fairshare.usage import QueueUsage
+from kai_ray.model.objects import OCCUPYING, TaskStatus
 from kai_ray.model.snapshot import Snapshot
 from kai_ray.split.accept import accept
-from kai_ray.split.checks import SplitOutcome, answers_outcome
-from kai_ray.split.deal import cluster_load, demand_fits, has_stale_gang
+from kai_ray.split.checks import SplitOutcome, TaskIndex, answers_outcome, moved_pods
+from kai_ray.split.deal import has_stale_gang
+from kai_ray.split.evictions import evictions_hold
 from kai_ray.split.merge import jobs_by_key, parts_plan
 from kai_ray.split.part import PartAnswer
 from kai_ray.split.replica import Replica, SplitLayout
 
-MIN_PENDING_PODS = 1000
-"""Below this many pending pods a cycle is not split (see the module docstring)."""
+MIN_PODS = 1000
+"""Below this many pods a cycle is not split (see the module docstring)."""
 
 
 class PartRunner(Protocol):
@@ -107,7 +114,7 @@ class SplitCycles:
 
     count: int
     runner: PartRunner
-    min_pending_pods: int = MIN_PENDING_PODS
+    min_pods: int = MIN_PODS
     timings: list[SplitTiming] = field(default_factory=list)
     outcomes: collections.Counter[SplitOutcome] = field(default_factory=collections.Counter)
 
@@ -129,11 +136,21 @@ class SplitCycles:
         timing.parts = time.perf_counter() - started
         timing.part_seconds = [answer.seconds for answer in answers]
         mark = time.perf_counter()
-        outcome = answers_outcome(layout, answers)
+        jobs = jobs_by_key(snapshot.jobs)
+        tasks = TaskIndex(jobs)
+        outcome = answers_outcome(layout, answers, tasks)
         if outcome == SplitOutcome.SPLIT:
-            placed = [pod for answer in answers for pod in (*answer.binds, *answer.pipelined)]
-            if accept(snapshot, jobs_by_key(snapshot.jobs), placed, layout.opening):
-                outcome = SplitOutcome.PENDING_LEFT
+            moved = moved_pods(answers)
+            placed = [
+                pod
+                for answer in answers
+                for pod in (*answer.binds, *answer.pipelined)
+                if (pod[0], pod[1]) not in moved
+            ]
+            if accept(snapshot, jobs, placed, layout.opening) or not evictions_hold(
+                snapshot, layout, answers, tasks, placed, config
+            ):
+                outcome = SplitOutcome.REFUSED
         timing.accept = time.perf_counter() - mark
         mark = time.perf_counter()
         self.outcomes[outcome] += 1
@@ -154,8 +171,11 @@ class SplitCycles:
         """Whether `snapshot` qualifies (see the module docstring)."""
         if self.count < 2:
             return False
-        load = cluster_load(snapshot)
-        pending = sum(pods for _, _, pods in load.demand)
-        return (
-            pending >= self.min_pending_pods and demand_fits(snapshot, load) and not has_stale_gang(snapshot)
-        )
+        pending = placed = 0
+        for job in snapshot.jobs:
+            for task in job.tasks:
+                if task.status == TaskStatus.PENDING:
+                    pending += 1
+                elif task.status in OCCUPYING:
+                    placed += 1
+        return pending > 0 and pending + placed >= self.min_pods and not has_stale_gang(snapshot)

@@ -9,13 +9,20 @@ Why a job goes where it goes:
   least work dealt so far (`JOB_WEIGHT` per job plus one per pod: a part's cycle costs about
   that) among those with room left for it in CPU and GPUs, else to the one with the most GPUs
   (or CPU, for a job without GPUs) left;
-- a job asking more than any single part has free is kept for the local engine.
+- a job with every pod pending that no part has room for goes to the part with the most left,
+  to make room there by evicting (reclaim, preempt, consolidation run in every part), unless it is
+  a plain gang (one pod set, no topology constraint), which is divided instead: each part gets a
+  share of its pods in proportion to its capacity, as a gang of its own (`Part.shares`), so a gang
+  no part can hold is assembled from the parts' offers, all of them or none (`checks`);
+- a job asking more than any single part has at all, and not divisible, is kept for the local
+  engine.
 The deal is a pure function of the snapshot and the partitions: the same snapshot is dealt the
 same way, whichever runner computes the parts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,33 +61,31 @@ def cluster_load(snapshot: Snapshot) -> ClusterLoad:
         for task in job.tasks:
             if task.status == TaskStatus.PENDING:
                 cpu += task.cpu_millis
-                gpu += _gpus(task)
+                gpu += taken_gpus(task)
                 pods += 1
             elif task.node is not None and task.status in OCCUPYING:
                 row = table.index[task.node]
                 placed_rows.setdefault(position, []).append(row)
                 rows.append(row)
                 cpus.append(task.cpu_millis)
-                gpus.append(_gpus(task))
+                gpus.append(taken_gpus(task))
         demand.append((cpu, gpu, pods))
     for pod in snapshot.held:
         if pod.task.node is not None:
             rows.append(table.index[pod.task.node])
             cpus.append(pod.task.cpu_millis)
-            gpus.append(_gpus(pod.task))
+            gpus.append(taken_gpus(pod.task))
     used = np.zeros((len(table), 2))
     np.add.at(used, np.array(rows, dtype=np.int64), np.column_stack((cpus, gpus)).reshape(len(rows), 2))
     return ClusterLoad(used, demand, placed_rows)
 
 
-def demand_fits(snapshot: Snapshot, load: ClusterLoad) -> bool:
-    """Whether every pending pod's CPU and GPUs together fit in what the schedulable nodes have
-    free: only then is no job's placement a question of who goes first (fair share, queue order),
-    which one part cannot answer for another."""
+def must_free(snapshot: Snapshot, load: ClusterLoad) -> float:
+    """The GPUs every plan that places all pending pods must take from running pods: what the
+    pending pods ask beyond what the schedulable nodes have free, since a placed pod's GPUs come
+    from a free GPU or an evicted pod's."""
     free = _free_by_part(snapshot, [np.arange(len(snapshot.nodes))], load.used)[0]
-    cpu = sum(d[0] for d in load.demand)
-    gpu = sum(d[1] for d in load.demand)
-    return bool(cpu <= free[CPU_COLUMN] and gpu <= free[GPU_COLUMN])
+    return max(0.0, sum(d[1] for d in load.demand) - float(free[GPU_COLUMN]))
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,9 @@ class Part:
     """The names of `rows`: what a part's answer may place on."""
     job_keys: frozenset[str]
     """The keys of `jobs`: whose pods a part's answer may place."""
+    shares: dict[str, frozenset[str]]
+    """Divided job's key → the names of the pods this part may place (its other pods are other
+    parts' shares)."""
 
 
 @dataclass(frozen=True)
@@ -117,8 +125,35 @@ def deal(snapshot: Snapshot, partitions: list[np.ndarray], load: ClusterLoad) ->
         position: int(np.argmax(np.bincount(part_of_row[np.array(rows)], minlength=len(partitions))))
         for position, rows in load.placed_rows.items()
     }
-    kept_positions = _deal_pending(snapshot.jobs, load, homes, _free_by_part(snapshot, partitions, load.used))
-    return _parts(snapshot, partitions, part_of_row, homes, load.placed_rows, kept_positions)
+    room = _free_by_part(snapshot, partitions, load.used)
+    capacity = _free_by_part(snapshot, partitions, np.zeros_like(load.used))
+    kept_positions, divided = _deal_pending(snapshot.jobs, load, homes, room, capacity)
+    return _parts(snapshot, partitions, part_of_row, homes, load.placed_rows, kept_positions, divided)
+
+
+def divisible(job: JobSpec) -> bool:
+    """A plain gang every pod of which waits: one pod set and no topology constraint, so any of
+    its pods can go to any part and the parts' shares add up to the gang."""
+    groups = job.subgroups
+    return (
+        len(job.tasks) >= 2
+        and not groups.subgroup_sets
+        and len(groups.pod_sets) == 1
+        and groups.topology is None
+        and groups.pod_sets[0].topology is None
+        and all(task.status == TaskStatus.PENDING for task in job.tasks)
+    )
+
+
+def divide(count: int, weights: list[float]) -> list[int]:
+    """`count` pods in proportion to `weights`, by largest remainder (ties: the lower part)."""
+    total = sum(weights)
+    exact = [count * weight / total for weight in weights]
+    shares = [int(value) for value in exact]
+    order = sorted(range(len(weights)), key=lambda part: (-(exact[part] - shares[part]), part))
+    for part in order[: count - sum(shares)]:
+        shares[part] += 1
+    return shares
 
 
 def has_stale_gang(snapshot: Snapshot) -> bool:
@@ -140,7 +175,7 @@ def has_stale_gang(snapshot: Snapshot) -> bool:
     return False
 
 
-def _gpus(task: TaskSpec) -> float:
+def taken_gpus(task: TaskSpec) -> float:
     """GPUs a pod takes for the deal's purpose: a fraction on each of its devices."""
     return task.gpu * task.gpu_devices if 0.0 < task.gpu < 1.0 else task.gpu
 
@@ -154,16 +189,18 @@ def _free_by_part(snapshot: Snapshot, partitions: list[np.ndarray], used: np.nda
 
 
 def _deal_pending(
-    jobs: list[JobSpec], load: ClusterLoad, homes: dict[int, int], room: np.ndarray
-) -> set[int]:
-    """Deals every job without placed pods into `homes`; returns the positions of jobs kept.
+    jobs: list[JobSpec], load: ClusterLoad, homes: dict[int, int], room: np.ndarray, capacity: np.ndarray
+) -> tuple[set[int], dict[int, list[int]]]:
+    """Deals every job without placed pods into `homes` or divides it; returns the positions of
+    jobs kept, and each divided job's pods per part.
 
     Plain floats over the few parts: numpy calls per job cost more than the choice itself."""
-    free = room.tolist()
+    free, whole = room.tolist(), capacity.tolist()
     left = [list(part) for part in free]
     work = [0.0] * len(free)
     parts = range(len(free))
     kept: set[int] = set()
+    divided: dict[int, list[int]] = {}
     order = sorted(
         (p for p in range(len(jobs)) if p not in homes),
         key=lambda p: (-jobs[p].priority, jobs[p].created, jobs[p].key),
@@ -172,8 +209,18 @@ def _deal_pending(
         cpu, gpus, pods = load.demand[position]
         column, amount = (GPU_COLUMN, gpus) if gpus > 0 else (CPU_COLUMN, cpu)
         if all(free[part][column] < amount for part in parts):
-            kept.add(position)
-            continue
+            weights = [whole[part][column] for part in parts]
+            if divisible(jobs[position]) and sum(weights) > 0:
+                divided[position] = shares = divide(len(jobs[position].tasks), weights)
+                for part in parts:
+                    portion = shares[part] / len(jobs[position].tasks)
+                    left[part][CPU_COLUMN] -= cpu * portion
+                    left[part][GPU_COLUMN] -= gpus * portion
+                    work[part] += (JOB_WEIGHT + pods) * portion
+                continue
+            if all(whole[part][column] < amount for part in parts):
+                kept.add(position)
+                continue
         fitting = [part for part in parts if left[part][CPU_COLUMN] >= cpu and left[part][GPU_COLUMN] >= gpus]
         if fitting:
             chosen = min(fitting, key=lambda part: (work[part], part))
@@ -183,7 +230,7 @@ def _deal_pending(
         left[chosen][CPU_COLUMN] -= cpu
         left[chosen][GPU_COLUMN] -= gpus
         work[chosen] += JOB_WEIGHT + pods
-    return kept
+    return kept, divided
 
 
 def _parts(
@@ -193,9 +240,11 @@ def _parts(
     homes: dict[int, int],
     placed_rows: dict[int, list[int]],
     kept_positions: set[int],
+    divided: dict[int, list[int]],
 ) -> Deal:
     count = len(partitions)
     jobs: list[list[JobSpec]] = [[] for _ in range(count)]
+    shares: list[dict[str, frozenset[str]]] = [{} for _ in range(count)]
     held: list[list[HeldPod]] = [[] for _ in range(count)]
     foreign: list[set[int]] = [set() for _ in range(count)]
     table = snapshot.nodes
@@ -206,6 +255,15 @@ def _parts(
     for position, job in enumerate(snapshot.jobs):
         if position in kept_positions:
             kept.append(job)
+            continue
+        if position in divided:
+            start = 0
+            for index, size in enumerate(divided[position]):
+                if size:
+                    share = _share(job, start, size)
+                    jobs[index].append(share)
+                    shares[index][job.key] = frozenset(task.name for task in share.tasks)
+                start += size
             continue
         home = homes[position]
         jobs[home].append(job)
@@ -226,7 +284,17 @@ def _parts(
             held[index],
             frozenset(table.names[row] for row in partitions[index].tolist()),
             frozenset(job.key for job in jobs[index]),
+            shares[index],
         )
         for index in range(count)
     ]
     return Deal(parts, kept)
+
+
+def _share(job: JobSpec, start: int, size: int) -> JobSpec:
+    """One part's share of a divided job: `size` of its pods from `start`, a gang of them all."""
+    (pod_set,) = job.subgroups.pod_sets
+    subgroups = dataclasses.replace(
+        job.subgroups, pod_sets=(dataclasses.replace(pod_set, min_available=size),)
+    )
+    return dataclasses.replace(job, tasks=job.tasks[start : start + size], subgroups=subgroups)

@@ -2,15 +2,16 @@
 
 Only then is it used (`cycle`): nothing is left for another action (consolidation, reclaim and
 preempt act for pending jobs, and no stale gang was let into a split cycle), so the plan is the
-accepted placements and every other pod's unchanged state.
+accepted placements and evictions and every other pod's unchanged state.
 """
 
 from __future__ import annotations
 
-from kai_ray.engine.plan import Bind, Plan, TaskState, problem_reasons
+from kai_ray.engine.plan import Bind, Eviction, Plan, TaskState, problem_reasons
+from kai_ray.engine.reasons import EvictionCause, EvictionReason
 from kai_ray.model.objects import OCCUPYING, JobSpec, TaskSpec, TaskStatus
 from kai_ray.model.snapshot import NodeTable, Snapshot
-from kai_ray.split.part import PartAnswer, PlacedPod
+from kai_ray.split.part import EvictedPod, PartAnswer, PlacedPod
 
 ACCEPTED_STATUS = {True: TaskStatus.ALLOCATED, False: TaskStatus.PIPELINED}
 
@@ -26,27 +27,41 @@ def unmoved_state(task: TaskSpec, table: NodeTable) -> TaskState:
 
 
 def parts_plan(snapshot: Snapshot, answers: list[PartAnswer]) -> Plan:
-    """The plan of a split cycle whose parts placed every pending pod: binds in snapshot job order,
-    as the local plan lists them, and every pod's state."""
+    """The plan of a split cycle whose parts placed every pending pod: binds and evictions in
+    snapshot job order, as the local plan lists them, and every pod's state."""
     placed: dict[tuple[str, str], tuple[PlacedPod, bool]] = {}
+    evicted: dict[tuple[str, str], EvictedPod] = {}
     for answer in answers:
         for binds, pods in ((True, answer.binds), (False, answer.pipelined)):
             for pod in pods:
                 placed[(pod[0], pod[1])] = (pod, binds)
+        for gone in answer.evictions:
+            evicted[(gone[0], gone[1])] = gone
     plan = Plan(problems=list(snapshot.problems))
     table = snapshot.nodes
+    reasons: dict[tuple[str, str, str | None], EvictionReason] = {}
+    """One reason per (action, message, preemptor): a reclaim gives thousands of victims one."""
     for job in snapshot.jobs:
         for task in job.tasks:
             key = (job.key, task.name)
-            found = placed.get(key)
-            if found is None:
+            found, victim = placed.get(key), evicted.get(key)
+            if found is not None:
+                (job_key, name, node, groups, gpus, action), binds = found
+                plan.tasks[key] = TaskState(ACCEPTED_STATUS[binds], node, groups, gpus)
+                bind = Bind(job_key, name, node, groups, gpus, action)
+                (plan.binds if binds else plan.pipelined).append(bind)
+            elif victim is not None:
+                accepted = task.accepted_gpus(float(table.gpu_memory[table.index[victim[2]]]))
+                plan.tasks[key] = TaskState(TaskStatus.RELEASING, victim[2], victim[3], accepted)
+            else:
                 plan.tasks[key] = unmoved_state(task, table)
-                continue
-            (job_key, name, node, groups, gpus), binds = found
-            plan.tasks[key] = TaskState(ACCEPTED_STATUS[binds], node, groups, gpus)
-            (plan.binds if binds else plan.pipelined).append(Bind(job_key, name, node, groups, gpus))
-    for name, reason in problem_reasons(snapshot.problems).items():
-        plan.pending_reasons.setdefault(name, reason)
+            if victim is not None:
+                why = reasons.get(victim[4:])
+                if why is None:
+                    why = reasons[victim[4:]] = EvictionReason(EvictionCause(victim[4]), victim[5], victim[6])
+                plan.evictions.append(Eviction(job.key, task.name, victim[2], why))
+    for name, waiting in problem_reasons(snapshot.problems).items():
+        plan.pending_reasons.setdefault(name, waiting)
     return plan
 
 

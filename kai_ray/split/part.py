@@ -1,9 +1,10 @@
-"""One part's allocate: its nodes, its jobs and the rest of the cluster's numbers, in one session.
+"""One part's cycle: its nodes, its jobs and the rest of the cluster's numbers, in one session.
 
 A part's session sees the rows it places on, the rows where its jobs hold pods elsewhere (kept,
 never placed on), the pods other jobs hold on its nodes, and every queue with the whole
-cluster's sums (`PartBasis`). It runs the allocate action only: eviction actions need the whole
-cluster and run in the whole-cluster pass when anything is left to do.
+cluster's sums (`PartBasis`). It runs the configured actions but stale gang eviction (a cycle
+with a stale gang is not split): allocate, and the victim searches of consolidation, reclaim and
+preempt among its own jobs on its own nodes, in parallel with the other parts'.
 
 Answers are plain tuples, not the plan's dataclasses: they cross a process boundary every cycle,
 and pickling tens of thousands of small dataclasses costs more than the driver rebuilding them.
@@ -17,19 +18,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kai_ray.api.config import SchedulerConfig
-from kai_ray.engine.actions.allocate import allocate
+from kai_ray.engine.cycle import ACTIONS
+from kai_ray.engine.jobs import Task
 from kai_ray.engine.part_basis import PartBasis
 from kai_ray.engine.session import Session
 from kai_ray.fairshare.usage import QueueUsage
-from kai_ray.model.objects import TaskStatus
+from kai_ray.model.objects import ACTIVE_ALLOCATED, TaskStatus
 from kai_ray.model.snapshot import NodeTable, Snapshot
 from kai_ray.split.deal import Part
 
-PlacedPod = tuple[str, str, str, tuple[str, ...], float]
-"""(job key, task name, node name, GPU groups, GPUs granted)."""
+PlacedPod = tuple[str, str, str, tuple[str, ...], float, str]
+"""(job key, task name, node name, GPU groups, GPUs granted, the action that placed it)."""
+EvictedPod = tuple[str, str, str, tuple[str, ...], str, str, str | None]
+"""(job key, task name, the node it ran on, its GPU groups there, the evicting action, the
+eviction's message, the key of the job it made room for)."""
 PLACED = frozenset({TaskStatus.ALLOCATED, TaskStatus.PIPELINED})
-"""What allocate turns a pending pod into; a part's session starts every pod it may place pending,
-so each of its pods in one of these that moved was placed by it (what `build_plan` lists)."""
+PART_ACTIONS = {name: action for name, action in ACTIONS.items() if name != "stalegangeviction"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,12 @@ class PartAnswer:
     """The replica version the part was computed from (see `kai_ray.split.replicas`)."""
     binds: list[PlacedPod]
     pipelined: list[PlacedPod]
+    """Pending pods pipelined, and victims re-placed elsewhere (also in `evictions`)."""
+    evictions: list[EvictedPod] = field(default_factory=list)
+    fair_shares: tuple[float, ...] = ()
+    """The part session's fair share per queue row and resource, flattened: every part's session
+    divides the whole cluster (`PartBasis`), so they agree, and the coordinator judges reclaims
+    across parts by them."""
     seconds: float = field(default=0.0, compare=False)
     """The part's compute time, its layout included (what a worker of its own would spend); not
     part of what the answer says, so two equal answers compare equal whatever they took."""
@@ -72,7 +82,7 @@ def part_snapshot(snapshot: Snapshot, part: Part) -> Snapshot:
     )
 
 
-def allocate_part(
+def run_part(
     snapshot: Snapshot,
     part: Part,
     basis: PartBasis,
@@ -82,20 +92,44 @@ def allocate_part(
 ) -> PartAnswer:
     started = time.perf_counter()
     session = Session(part_snapshot(snapshot, part), config, usage=usage, basis=basis)
-    session.current_action = "allocate"
-    allocate(session)
+    for name in config.actions:
+        action = PART_ACTIONS.get(name)
+        if action is not None:
+            session.current_action = name
+            action(session)
+    binds, pipelined, evictions = _changes(session)
+    shares = tuple(session.queues.fair_share.ravel().tolist())
+    return PartAnswer(part.index, token, binds, pipelined, evictions, shares, time.perf_counter() - started)
+
+
+def _changes(session: Session) -> tuple[list[PlacedPod], list[PlacedPod], list[EvictedPod]]:
+    """What the session moved, by the rules the plan is built by (`build_plan`)."""
     binds: list[PlacedPod] = []
     pipelined: list[PlacedPod] = []
+    evictions: list[EvictedPod] = []
     table = session.nodes.table
     moved = session.moved_jobs()
     for job in session.jobs:
         if job not in moved:
             continue
         for task in job.tasks:
-            node = task.node
-            if node is None or task.status not in PLACED or task.uid not in session.placed_at_open:
+            found = session.placed_at_open.get(task.uid)
+            if found is None or task.status == found[0]:
                 continue
-            gpus = task.accepted_gpus(float(table.gpu_memory[node]))
-            pod = (job.key, task.name, table.names[node], task.groups, gpus)
-            (binds if task.status == TaskStatus.ALLOCATED else pipelined).append(pod)
-    return PartAnswer(part.index, token, binds, pipelined, time.perf_counter() - started)
+            status, node, (before, before_node) = task.status, task.node, found
+            if status in PLACED and node is not None:
+                gpus = task.spec.accepted_gpus(float(table.gpu_memory[node]))
+                action = session.placed_by.get(task.uid, "allocate")
+                pod = (job.key, task.spec.name, table.names[node], task.groups, gpus, action)
+                (binds if status == TaskStatus.ALLOCATED else pipelined).append(pod)
+            if status == TaskStatus.PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
+                evictions.append(_evicted(session, task, table.names[before_node]))
+            elif status == TaskStatus.RELEASING and node is not None:
+                evictions.append(_evicted(session, task, table.names[node]))
+    return binds, pipelined, evictions
+
+
+def _evicted(session: Session, task: Task, node: str) -> EvictedPod:
+    reason = session.eviction_reasons[task.uid]
+    cause, message, preemptor = reason.cause.value, reason.message, reason.preemptor
+    return (task.job.key, task.spec.name, node, task.groups, cause, message, preemptor)

@@ -74,6 +74,7 @@ class RayParts:
         for index, ref in calls.items():
             try:
                 self._tokens[index] = ray.get(ref, timeout=SYNC_TIMEOUT_SECONDS)
+                ray.get(self._actors[index].settle.remote(), timeout=SYNC_TIMEOUT_SECONDS)
                 self._synced[index] = True
             except ray.exceptions.RayError as error:
                 self._fault(index, _fault_of(error), error)

@@ -20,9 +20,10 @@ from kai_ray.engine.part_basis import PartBasis
 from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import HeldPod, JobSpec, QueueSpec, TopologySpec
 from kai_ray.model.snapshot import NodeTable, Snapshot
+from kai_ray.server.gc_tuning import freeze_what_lives
 from kai_ray.split.basis import QueueSums, part_bases, queue_sums
-from kai_ray.split.deal import Deal, cluster_load, deal
-from kai_ray.split.part import PartAnswer, allocate_part
+from kai_ray.split.deal import Deal, cluster_load, deal, must_free
+from kai_ray.split.part import PartAnswer, run_part
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class SplitLayout:
     bases: list[PartBasis]
     pending: dict[str, int]
     """Job key → its pending pods, for every job."""
+    gpus_to_free: float
+    """The GPUs any plan placing every pending pod must take from running pods: what they ask
+    beyond what is free (`must_free`)."""
     seconds: float
     """How long computing it took: every part computes it, so it is on each part's path."""
 
@@ -47,7 +51,8 @@ def split_layout(snapshot: Snapshot, count: int, pool_label: str | None) -> Spli
     pending = {job.key: demand[2] for job, demand in zip(snapshot.jobs, load.demand, strict=True)}
     opening = sum(own, kept)
     bases = part_bases(snapshot, own, opening)
-    return SplitLayout(dealt, opening, bases, pending, time.perf_counter() - started)
+    freeing = must_free(snapshot, load)
+    return SplitLayout(dealt, opening, bases, pending, freeing, time.perf_counter() - started)
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,13 @@ class Replica:
         self._layouts = {}
         return self.token
 
+    def settle(self) -> None:
+        """Keep the collector off the snapshot just taken in, as `serve` does with its model after
+        its first read (`freeze_what_lives`): otherwise every full collection during a part's
+        cycle walks the whole replica. Only for a process that owns the replica (an actor): it
+        freezes everything that process holds."""
+        freeze_what_lives()
+
     def hold(self, snapshot: Snapshot, token: int) -> None:
         """Take `snapshot` itself as the copy (a replica in the driver's own process)."""
         if self.snapshot is not snapshot:
@@ -160,7 +172,7 @@ class Replica:
         if token != self.token:
             return PartAnswer(part, self.token, [], [])
         layout = self.layout(count)
-        answer = allocate_part(
+        answer = run_part(
             _known(self.snapshot), layout.deal.parts[part], layout.bases[part], config, usage, token
         )
         return replace(answer, seconds=answer.seconds + layout.seconds)

@@ -63,7 +63,7 @@ def ray_split() -> Iterator[Make]:
         count: int = 2, replica_class: type[Replica] = Replica, pool_label: str | None = None
     ) -> tuple[SplitCycles, RayParts]:
         runner = RayParts(count, pool_label=pool_label, replica_class=replica_class, timeout=TIMEOUT)
-        made.append(SplitCycles(count, runner, min_pending_pods=0))
+        made.append(SplitCycles(count, runner, min_pods=0))
         return made[-1], runner
 
     yield make
@@ -79,7 +79,7 @@ def local_parts_facts(
     snapshot: Snapshot, count: int, config: SchedulerConfig, pool_label: str | None = None
 ) -> tuple[object, ...]:
     """The plan of the same split cycle with every part computed in this process."""
-    split = SplitCycles(count, LocalParts(pool_label), min_pending_pods=0)
+    split = SplitCycles(count, LocalParts(pool_label), min_pods=0)
     try:
         plan = split.schedule(snapshot, config)
         assert split.outcomes == {SplitOutcome.SPLIT: 1}
@@ -249,15 +249,18 @@ def test_a_part_answering_another_parts_cycle_never_yields_a_partial_plan(
     assert split.outcomes == {SplitOutcome.UNTRUSTED: 1}
 
 
-def test_a_cluster_whose_demand_does_not_fit_is_not_split(ray_split: Make) -> None:
+def test_a_gang_no_part_holds_is_reclaimed_by_the_ray_parts_as_in_process(ray_split: Make) -> None:
+    """KAI's large-job reclaim, small: the gang is divided between the parts, each reclaims room
+    for its share in its actor, and the plan is the in-process parts' (victims chosen per part)."""
     shape = build_shape("kai-reclaim-large-10")
     snapshot = compile_snapshot(shape.state)
     split, runner = ray_split(2)
     plan = split.schedule(snapshot, shape.config)
-    assert facts(plan) == facts(schedule(snapshot, shape.config))
-    assert plan.evictions
-    assert split.outcomes == {SplitOutcome.NOT_SPLIT: 1}
-    assert runner.parts_answered == 0
+    assert split.outcomes == {SplitOutcome.SPLIT: 1}
+    assert runner.parts_answered == 2
+    reference = SplitCycles(2, LocalParts(), min_pods=0)
+    assert facts(plan) == facts(reference.schedule(snapshot, shape.config))
+    assert len(plan.pipelined) == 5 and len(plan.evictions) == 40
 
 
 def four_nodes_of_four_gpus() -> ClusterState:
@@ -305,7 +308,7 @@ def test_a_split_cycle_whose_parts_leave_a_pod_pending_is_the_local_engines(
 
 
 def test_a_cycle_given_queue_usage_is_the_local_engines_with_that_usage(ray_split: Make) -> None:
-    """Two 8-GPU jobs for one 8-GPU node: demand does not fit, so the cycle is the local
+    """Two 8-GPU jobs for one 8-GPU node: a part leaves one pending, so the cycle is the local
     engine's. Queue a used the GPUs lately, so time-based fair share lets queue b's job in."""
     state = (
         cluster()
@@ -322,5 +325,5 @@ def test_a_cycle_given_queue_usage_is_the_local_engines_with_that_usage(ray_spli
     assert [bind.job for bind in expected.binds] == ["jb"]
     split, _ = ray_split(2)
     plan = split.schedule(snapshot, config(), usage)
-    assert split.outcomes == {SplitOutcome.NOT_SPLIT: 1}
+    assert split.outcomes == {SplitOutcome.PENDING_LEFT: 1}
     assert facts(plan) == facts(expected)

@@ -7,13 +7,15 @@ test checks that promise on random clusters; the others pin each way into the lo
 
 from __future__ import annotations
 
-from collections import defaultdict
+import dataclasses
 
 import numpy as np
 import pytest
 from builders import NO_LIMIT, cluster, config
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from random_clusters import ALL_ACTIONS, RACK, JobDraw, QueueDraw, running_cluster, scenarios, with_arrivals
+from split_plans import assert_no_worse, assert_valid
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.bench.runner import run_split_compare
@@ -21,7 +23,7 @@ from kai_ray.bench.shapes import build_shape
 from kai_ray.engine.cycle import schedule
 from kai_ray.engine.plan import Plan
 from kai_ray.fairshare.usage import QueueUsage
-from kai_ray.model.objects import ACTIVE_ALLOCATED, QUEUE_CHARGING, TaskStatus
+from kai_ray.model.objects import TaskStatus
 from kai_ray.model.snapshot import Snapshot, compile_snapshot
 from kai_ray.split.checks import SplitOutcome
 from kai_ray.split.cycle import LocalParts, SplitCycles
@@ -39,61 +41,8 @@ def facts(plan: Plan) -> tuple[object, ...]:
 
 
 def split_plan(snapshot: Snapshot, parts: int, runner: LocalParts | None = None) -> tuple[Plan, SplitCycles]:
-    cycles = SplitCycles(parts, runner or LocalParts(), min_pending_pods=0)
+    cycles = SplitCycles(parts, runner or LocalParts(), min_pods=0)
     return cycles.schedule(snapshot, ALL), cycles
-
-
-def assert_valid(snapshot: Snapshot, plan: Plan) -> None:
-    """The spec's invariants that a plan made of placements alone can break (§22: 5, 7, 14, 15,
-    28, 30, 31), read off the plan's final pod states."""
-    table = snapshot.nodes
-    jobs = {job.key: job for job in snapshot.jobs}
-    before = {(job.key, task.name): task for job in snapshot.jobs for task in job.tasks}
-    placed = [(bind.job, bind.task) for bind in (*plan.binds, *plan.pipelined)]
-    assert len(placed) == len(set(placed)), "a pod placed twice"
-    for key in placed:
-        assert before[key].status == TaskStatus.PENDING, f"{key} was not pending"
-    whole: dict[str, float] = defaultdict(float)
-    shared: dict[str, set[str]] = defaultdict(set)
-    for (job_key, name), state in plan.tasks.items():
-        if state.node is None or state.status not in ACTIVE_ALLOCATED:
-            continue
-        spec = before[(job_key, name)]
-        if spec.is_shared_gpu:
-            shared[state.node].update(state.gpu_groups)
-        else:
-            whole[state.node] += spec.gpu
-    for bind in plan.binds:
-        row = table.index[bind.node]
-        assert table.schedulable[row], f"{bind.task} bound on unschedulable {bind.node}"
-        gpus = table.allocatable[row, 2]
-        assert whole[bind.node] + len(shared[bind.node]) <= gpus, f"{bind.node} holds more than its GPUs"
-    for job in snapshot.jobs:
-        states = [plan.tasks[(job.key, t.name)] for t in job.tasks]
-        if any((job.key, t.name) in set(placed) for t in job.tasks):
-            for pod_set in job.subgroups.all_pod_sets():
-                active = sum(
-                    1
-                    for t, s in zip(job.tasks, states, strict=True)
-                    if t.subgroup == pod_set.name and s.status in ACTIVE_ALLOCATED
-                )
-                assert active >= pod_set.min_available, f"{job.key} placed below its gang minimum"
-        root = job.subgroups.topology
-        if root is not None and root.required_level == RACK:
-            racks = {
-                table.specs[table.index[s.node]].labels[RACK]
-                for s in states
-                if s.node is not None and s.status in ACTIVE_ALLOCATED
-            }
-            assert len(racks) <= 1, f"{job.key} spans racks {sorted(racks)}"
-    charged: dict[str, float] = defaultdict(float)
-    for (job_key, _), state in plan.tasks.items():
-        if state.status in QUEUE_CHARGING or state.status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED):
-            for queue in snapshot.ancestry(jobs[job_key].queue):
-                charged[queue] += state.accepted_gpus
-    for name, queue in snapshot.queues.items():
-        if queue.gpu.limit != NO_LIMIT:
-            assert charged[name] <= queue.gpu.limit + 1e-9, f"queue {name} above its GPU limit"
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -107,10 +56,8 @@ def test_a_split_plan_is_the_local_plan_or_places_every_pending_pod_validly(
     for parts in (2, 3):
         plan, cycles = split_plan(snapshot, parts)
         if cycles.outcomes[SplitOutcome.SPLIT]:
-            pending = sum(t.status == TaskStatus.PENDING for job in snapshot.jobs for t in job.tasks)
-            assert len(plan.binds) + len(plan.pipelined) == pending
-            assert not plan.evictions
-            assert_valid(snapshot, plan)
+            assert_valid(snapshot, plan, ALL)
+            assert_no_worse(snapshot, plan, local)
         else:
             assert facts(plan) == facts(local)
         again, _ = split_plan(snapshot, parts)
@@ -135,7 +82,7 @@ def test_a_roomy_cluster_is_split_and_every_pod_placed() -> None:
     plan, cycles = split_plan(snapshot, 2)
     assert cycles.outcomes == {SplitOutcome.SPLIT: 1}
     assert len(plan.binds) == 14
-    assert_valid(snapshot, plan)
+    assert_valid(snapshot, plan, ALL)
     layout = split_layout(snapshot, 2, None)
     assert [len(part.jobs) for part in layout.deal.parts] != [0, 0]
     assert all(len(part.jobs) for part in layout.deal.parts), "both parts were dealt jobs"
@@ -144,21 +91,22 @@ def test_a_roomy_cluster_is_split_and_every_pod_placed() -> None:
 def test_one_part_or_too_few_pending_pods_is_the_local_cycle() -> None:
     snapshot = roomy_cluster()
     local = schedule(snapshot, ALL)
-    one = SplitCycles(1, LocalParts(), min_pending_pods=0)
-    few = SplitCycles(2, LocalParts(), min_pending_pods=1000)
+    one = SplitCycles(1, LocalParts(), min_pods=0)
+    few = SplitCycles(2, LocalParts(), min_pods=1000)
     for cycles in (one, few):
         assert facts(cycles.schedule(snapshot, ALL)) == facts(local)
         assert cycles.outcomes == {SplitOutcome.NOT_SPLIT: 1}
 
 
-def test_demand_over_free_capacity_is_not_split() -> None:
-    """Who gets in is then a matter of queue order, which one part cannot decide for another."""
+def test_demand_no_eviction_can_make_room_for_leaves_the_cycle_local() -> None:
+    """Nothing to evict and more asked than there is: a part leaves a pod pending, and who gets
+    in is then a matter of queue order, which one part cannot decide for another."""
     builder = cluster().node("n0", gpus=2).node("n1", gpus=2).queue("a", gpu_quota=NO_LIMIT)
     builder.queue("b", gpu_quota=NO_LIMIT, created=1.0)
     builder.job("ja", queue="a", pods=3, gpus=1).job("jb", queue="b", pods=3, gpus=1, created=1.0)
     snapshot = compile_snapshot(builder.build())
     plan, cycles = split_plan(snapshot, 2)
-    assert cycles.outcomes == {SplitOutcome.NOT_SPLIT: 1}
+    assert cycles.outcomes == {SplitOutcome.PENDING_LEFT: 1}
     assert facts(plan) == facts(schedule(snapshot, ALL))
 
 
@@ -180,7 +128,7 @@ def test_a_limit_two_parts_break_together_refuses_a_job_and_the_cycle_is_local()
     layout = split_layout(snapshot, 2, None)
     assert [[job.name for job in part.jobs] for part in layout.deal.parts] == [["a"], ["b"]]
     plan, cycles = split_plan(snapshot, 2)
-    assert cycles.outcomes == {SplitOutcome.PENDING_LEFT: 1}
+    assert cycles.outcomes == {SplitOutcome.REFUSED: 1}
     assert facts(plan) == facts(schedule(snapshot, ALL))
     assert len(plan.binds) == 2
 
@@ -230,7 +178,7 @@ def test_a_running_job_across_parts_is_dealt_whole_and_held_where_it_is_not_home
 
 
 def test_bench_compare_times_split_cycles_against_local() -> None:
-    local, split = run_split_compare("big-100x800", 1, SplitCycles(2, LocalParts(), min_pending_pods=0))
+    local, split = run_split_compare("big-100x800", 1, SplitCycles(2, LocalParts(), min_pods=0))
     assert local.executor == "local" and split.executor == "split-local"
     assert split.ratio_to_local is not None and split.ratio_to_local > 0
     assert split.split_cycles is not None and split.split_cycles["cycles_split"] == 1.0
@@ -242,4 +190,139 @@ def test_bench_shape_big_is_split_and_placed_whole_in_process() -> None:
     plan, cycles = split_plan(snapshot, 2)
     assert cycles.outcomes == {SplitOutcome.SPLIT: 1}
     assert len(plan.binds) == 800
-    assert_valid(snapshot, plan)
+    assert_valid(snapshot, plan, ALL)
+
+
+@st.composite
+def crowded_clusters(draw: st.DrawFn) -> Snapshot:
+    """Nodes full of running pods of queue `v`; pending jobs of queue `r` (entitled to some of the
+    cluster: reclaim) and higher-priority ones of `v` (preemption), small enough to fit once
+    pods are evicted, so parts often place them all by evicting."""
+    nodes = draw(st.integers(2, 6))
+    builder = cluster(now=10_000.0).topology("racks", RACK)
+    for index in range(nodes):
+        builder.node(f"n{index}", gpus=4, labels={RACK: f"r{index % 2}"})
+    total = 4.0 * nodes
+    builder.queue("d1", gpu_quota=NO_LIMIT).queue("d2", gpu_quota=NO_LIMIT, created=1)
+    builder.queue(
+        "v",
+        parent="d1",
+        gpu_quota=draw(st.sampled_from([0.0, 2.0])),
+        gpu_weight=draw(st.sampled_from([0.0, 1.0])),
+    )
+    builder.queue(
+        "r", parent="d2", created=1, gpu_quota=draw(st.sampled_from([total / 2, total])), gpu_weight=0.0
+    )
+    for index in range(nodes):
+        used = 0
+        while used < 4:
+            size = min(draw(st.sampled_from([1, 2])), 4 - used)
+            name = f"run-{index}-{used}"
+            priority = draw(st.sampled_from([10, 20, 30]))
+            builder.job(
+                name,
+                queue="v",
+                gpus=size,
+                priority=priority,
+                preemptible=True,
+                created=float(used),
+                status=TaskStatus.RUNNING,
+                node=f"n{index}",
+            )
+            used += size
+    for index in range(draw(st.integers(1, 3))):
+        pods = draw(st.integers(1, 4))
+        queue, priority = draw(st.sampled_from([("r", 50), ("r", 50), ("v", 80)]))
+        builder.job(
+            f"new-{index}",
+            queue=queue,
+            pods=pods,
+            gpus=1,
+            min_member=draw(st.integers(1, pods)),
+            priority=priority,
+            preemptible=True,
+            created=100.0 + index,
+        )
+    return compile_snapshot(builder.build())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(crowded_clusters())
+def test_split_evictions_are_valid_and_take_no_more_gpus_than_the_local_plan(snapshot: Snapshot) -> None:
+    local = schedule(snapshot, ALL)
+    for parts in (2, 3):
+        plan, cycles = split_plan(snapshot, parts)
+        if cycles.outcomes[SplitOutcome.SPLIT]:
+            assert_valid(snapshot, plan, ALL)
+            assert_no_worse(snapshot, plan, local)
+        else:
+            assert facts(plan) == facts(local)
+
+
+def test_a_gang_no_part_holds_is_divided_and_reclaims_in_every_part() -> None:
+    """KAI's large-job reclaim, small: 16 nodes full of one-GPU pods, a gang of eight 8-GPU pods."""
+    snapshot = compile_snapshot(build_shape("kai-reclaim-large-16").state)
+    layout = split_layout(snapshot, 2, None)
+    assert [len(part.shares.get("large-job", ())) for part in layout.deal.parts] == [4, 4]
+    plan, cycles = split_plan(snapshot, 2)
+    assert cycles.outcomes == {SplitOutcome.SPLIT: 1}
+    assert len(plan.pipelined) == 8 and len(plan.evictions) == 64
+    assert_valid(snapshot, plan, ALL)
+    assert_no_worse(snapshot, plan, schedule(snapshot, ALL))
+
+
+def two_parts_reclaiming_past_a_fair_share() -> Snapshot:
+    """Two 8-GPU nodes full of queue v's pods; queue r deserves 8 GPUs and asks for 16: each part
+    alone may reclaim 8 for its job, the two together may not."""
+    builder = cluster(now=100.0).node("n0", gpus=8).node("n1", gpus=8)
+    builder.queue("v", gpu_quota=0.0, gpu_weight=0.0).queue("r", gpu_quota=8.0, gpu_weight=0.0, created=1)
+    for node in ("n0", "n1"):
+        builder.job(f"run-{node}", queue="v", pods=0, gpus=8, priority=10, preemptible=True)
+        builder.task(status=TaskStatus.RUNNING, node=node)
+    builder.job("r0", queue="r", gpus=8, created=10.0).job("r1", queue="r", gpus=8, created=11.0)
+    return compile_snapshot(builder.build())
+
+
+def test_reclaims_two_parts_make_past_a_fair_share_are_refused_and_the_cycle_is_local() -> None:
+    snapshot = two_parts_reclaiming_past_a_fair_share()
+    layout = split_layout(snapshot, 2, None)
+    assert [[job.name for job in part.jobs if job.queue == "r"] for part in layout.deal.parts] == [
+        ["r0"],
+        ["r1"],
+    ]
+    runner = LocalParts()
+    answers = runner.answers(runner.prepare(snapshot), 2, ALL, None)
+    assert all(answer.evictions for answer in answers), "each part reclaims for its own job"
+    plan, cycles = split_plan(snapshot, 2)
+    assert cycles.outcomes == {SplitOutcome.REFUSED: 1}
+    local = schedule(snapshot, ALL)
+    assert facts(plan) == facts(local)
+    assert len(local.pipelined) == 1, "the local engine reclaims for one job only"
+
+
+class GreedyParts(LocalParts):
+    """Part 0 also evicts a running pod nothing needed: more GPUs taken than placing every pending
+    pod needs."""
+
+    def answers(
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+    ) -> list[PartAnswer]:
+        found = super().answers(token, count, config, usage)
+        part = self.layout(count).deal.parts[0]
+        taken = {(pod[0], pod[1]) for pod in found[0].evictions}
+        spare = next(
+            (job, task)
+            for job in part.jobs
+            for task in job.tasks
+            if task.status == TaskStatus.RUNNING and (job.key, task.name) not in taken
+        )
+        job, task = spare
+        extra = (job.key, task.name, task.node or "", task.gpu_groups, "reclaim", "not needed", None)
+        return [dataclasses.replace(found[0], evictions=[*found[0].evictions, extra]), *found[1:]]
+
+
+def test_parts_that_evict_more_than_needed_are_refused() -> None:
+    snapshot = compile_snapshot(build_shape("kai-reclaim-large-16").state)
+    plan, cycles = split_plan(snapshot, 2, GreedyParts())
+    assert cycles.outcomes == {SplitOutcome.REFUSED: 1}
+    assert facts(plan) == facts(schedule(snapshot, ALL))

@@ -11,35 +11,43 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from kai_ray.api.config import SchedulerConfig
 from kai_ray.engine.actions.victim_action import run_victim_action
 from kai_ray.engine.gang import tasks_to_allocate
 from kai_ray.engine.jobs import Job, Task
 from kai_ray.engine.minruntime import MinRuntime
+from kai_ray.engine.queues import QueueBook
 from kai_ray.engine.reasons import EvictionCause, EvictionReason, PendingCause, PendingReason
 from kai_ray.engine.session import Session
 from kai_ray.engine.solver import Outcome, VictimPolicy
 from kai_ray.model.objects import ACTIVE_ALLOCATED, UNLIMITED
 from kai_ray.model.resources import EPSILON
+from kai_ray.model.snapshot import Snapshot
 
 SATURATION_ARGUMENT = "relcaimerSaturationMultiplier"
 
 
-def leveled_pair(session: Session, reclaimer_leaf: str, victim_leaf: str) -> tuple[str, str]:
+def leveled_pair(snapshot: Snapshot, reclaimer_leaf: str, victim_leaf: str) -> tuple[str, str]:
     """The two sibling queues where the reclaimer's and the victim's branches diverge."""
-    ours = list(reversed(session.snapshot.ancestry(reclaimer_leaf)))
-    theirs = list(reversed(session.snapshot.ancestry(victim_leaf)))
+    ours = list(reversed(snapshot.ancestry(reclaimer_leaf)))
+    theirs = list(reversed(snapshot.ancestry(victim_leaf)))
     for mine, other in zip(ours, theirs, strict=False):
         if mine != other:
             return mine, other
     return ours[-1], theirs[-1]
 
 
-def _over(values: np.ndarray, bound: np.ndarray) -> bool:
+def saturation_multiplier(config: SchedulerConfig) -> float:
+    """The proportion plugin's `relcaimerSaturationMultiplier` (§12.4 step B); below 1 means 1."""
+    return max(float(config.plugin_arguments("proportion").get(SATURATION_ARGUMENT, "1.0")), 1.0)
+
+
+def over_bound(values: np.ndarray, bound: np.ndarray) -> bool:
     """Above the bound in some resource; an unlimited (-1) bound is never exceeded."""
     return bool(np.any((bound != UNLIMITED) & (values > bound + EPSILON)))
 
 
-def _within(values: np.ndarray, bound: np.ndarray) -> bool:
+def within_bound(values: np.ndarray, bound: np.ndarray) -> bool:
     return bool(np.all((bound == UNLIMITED) | (values <= bound + EPSILON)))
 
 
@@ -52,15 +60,14 @@ class ReclaimPolicy:
         self.allocated = self.book.allocated.copy()
         self.allocated_non_preemptible = self.book.allocated_non_preemptible.copy()
         self.min_runtime = MinRuntime(session)
-        multiplier = float(session.config.plugin_arguments("proportion").get(SATURATION_ARGUMENT, "1.0"))
-        self.multiplier = max(multiplier, 1.0)
+        self.multiplier = saturation_multiplier(session.config)
 
     def _row(self, queue: str) -> int:
         return self.book.index[queue]
 
     def _reclaimer_under_quota(self, queue: str) -> bool:
         row = self._row(queue)
-        return _within(self.allocated[row] + self.request, self.book.deserved[row])
+        return within_bound(self.allocated[row] + self.request, self.book.deserved[row])
 
     def candidate_pool(self, preemptor: Job) -> list[Job]:
         return self.session.preemptible_jobs()
@@ -74,11 +81,11 @@ class ReclaimPolicy:
             return False
         if not self.min_runtime.is_candidate(victim, self.min_runtime.reclaim_runtime(reclaimer, victim)):
             return False
-        ours, theirs = leveled_pair(self.session, reclaimer.queue, victim.queue)
+        ours, theirs = leveled_pair(self.session.snapshot, reclaimer.queue, victim.queue)
         victim_row = self._row(theirs)
         allocated = self.allocated[victim_row]
         if not self._reclaimer_under_quota(ours):
-            return _over(allocated, self.book.allocatable_share(victim_row))
+            return over_bound(allocated, self.book.allocatable_share(victim_row))
         deserved = self.book.deserved[victim_row]
         relevant = (self.request > 0) & (deserved != UNLIMITED)
         over = bool(np.any(relevant & (allocated > deserved + EPSILON)))
@@ -96,10 +103,10 @@ class ReclaimPolicy:
 
     def _chunks_justified(self, outcome: Outcome, remaining: np.ndarray) -> bool:
         for leaf, chunk in _chunks(self.session, outcome):
-            ours, theirs = leveled_pair(self.session, self.reclaimer.queue, leaf)
+            ours, theirs = leveled_pair(self.session.snapshot, self.reclaimer.queue, leaf)
             victim_row = self._row(theirs)
-            maintain = _over(remaining[victim_row], self.book.allocatable_share(victim_row))
-            guarantee = self._reclaimer_under_quota(ours) and _over(
+            maintain = over_bound(remaining[victim_row], self.book.allocatable_share(victim_row))
+            guarantee = self._reclaimer_under_quota(ours) and over_bound(
                 remaining[victim_row], self.book.deserved[victim_row]
             )
             if not (maintain or guarantee):
@@ -112,11 +119,11 @@ class ReclaimPolicy:
         non_preemptible = not self.reclaimer.spec.preemptible
         for row in book.chains[self.reclaimer.queue]:
             alloc = remaining[row] + self.request
-            if non_preemptible and not _within(
+            if non_preemptible and not within_bound(
                 self.allocated_non_preemptible[row] + self.request, book.deserved[row]
             ):
                 return False
-            for sibling in self._siblings(row):
+            for sibling in sibling_rows(book, row):
                 lost = self.allocated[sibling] - remaining[sibling]
                 if not np.any(lost > EPSILON):
                     continue
@@ -128,25 +135,40 @@ class ReclaimPolicy:
     def _too_saturated(
         self, alloc: np.ndarray, row: int, left: np.ndarray, sibling: int, involved: np.ndarray
     ) -> bool:
-        ours_share, theirs_share = self.book.fair_share[row], self.book.fair_share[sibling]
-        for r in np.flatnonzero(involved):
-            ours = _ratio(alloc[r], ours_share[r])
-            theirs = _ratio(left[r], theirs_share[r])
-            if ours > 1 + EPSILON and theirs_share[r] > 0 and ours * self.multiplier >= theirs - EPSILON:
-                return True
-        return False
-
-    def _siblings(self, row: int) -> list[int]:
-        parent = self.book.specs[row].parent
-        names = self.book.children[parent] if parent is not None else self.book.top_level()
-        return [self.book.index[n] for n in names if self.book.index[n] != row]
+        shares = self.book.fair_share
+        return too_saturated(alloc, shares[row], left, shares[sibling], involved, self.multiplier)
 
     def eviction_reason(self, preemptor: Job, victim: Task) -> EvictionReason:
         message = f"reclaimed for queue {preemptor.queue}, job {preemptor.name}"
         return EvictionReason(EvictionCause.RECLAIM, message, preemptor.key)
 
 
-def _ratio(value: float, share: float) -> float:
+def too_saturated(
+    alloc: np.ndarray,
+    ours_share: np.ndarray,
+    left: np.ndarray,
+    theirs_share: np.ndarray,
+    involved: np.ndarray,
+    multiplier: float,
+) -> bool:
+    """Step B of §12.4 for one sibling that lost resources: the reclaimer's level would end over
+    its fair share and, times the multiplier, at least as saturated as the sibling left behind."""
+    for r in np.flatnonzero(involved):
+        ours = share_ratio(alloc[r], ours_share[r])
+        theirs = share_ratio(left[r], theirs_share[r])
+        if ours > 1 + EPSILON and theirs_share[r] > 0 and ours * multiplier >= theirs - EPSILON:
+            return True
+    return False
+
+
+def sibling_rows(book: QueueBook, row: int) -> list[int]:
+    """The rows of the queues sharing `row`'s parent (top-level queues are siblings)."""
+    parent = book.specs[row].parent
+    names = book.children[parent] if parent is not None else book.top_level()
+    return [book.index[name] for name in names if book.index[name] != row]
+
+
+def share_ratio(value: float, share: float) -> float:
     if share == 0:
         return float("inf") if value > 0 else 0.0
     return float(value / share)
@@ -196,11 +218,11 @@ def _make_policy(session: Session, job: Job) -> VictimPolicy | None:
     book = session.queues
     request = session.fairness_request(tasks_to_allocate(session, job), session.min_gpu_memory)
     row = book.index[job.queue]
-    if not _within(book.allocated[row] + request, np.maximum(book.fair_share[row], 0.0)):
+    if not within_bound(book.allocated[row] + request, np.maximum(book.fair_share[row], 0.0)):
         reason = f"queue {job.queue} would exceed its fair share, so it may not reclaim"
         session.note_reason(job, PendingReason(PendingCause.OVER_FAIR_SHARE, reason))
         return None
-    if not job.spec.preemptible and not _within(
+    if not job.spec.preemptible and not within_bound(
         book.allocated_non_preemptible[row] + request, book.deserved[row]
     ):
         reason = f"queue {job.queue} has no deserved quota left for a non-preemptible job"
