@@ -58,14 +58,18 @@ class TaskIndex:
 def moved_pods(answers: list[PartAnswer]) -> set[tuple[str, str]]:
     """Victims the parts evicted and placed again elsewhere (pipelined): not pending pods."""
     evicted = {(pod[0], pod[1]) for answer in answers for pod in answer.evictions}
+    if not evicted:
+        return set()
     return {(pod[0], pod[1]) for answer in answers for pod in answer.pipelined if (pod[0], pod[1]) in evicted}
 
 
-def answers_outcome(layout: SplitLayout, answers: list[PartAnswer], tasks: TaskIndex) -> SplitOutcome:
-    """UNTRUSTED, PENDING_LEFT or SPLIT (before the queue rules are applied)."""
+def answers_outcome(
+    layout: SplitLayout, answers: list[PartAnswer], tasks: TaskIndex, moved: set[tuple[str, str]]
+) -> SplitOutcome:
+    """UNTRUSTED, PENDING_LEFT or SPLIT (before the queue rules are applied); `moved` are the
+    answers' `moved_pods`."""
     if not _trusted(layout, answers, tasks):
         return SplitOutcome.UNTRUSTED
-    moved = moved_pods(answers)
     placed: dict[str, int] = {}
     for answer in answers:
         for pod in (*answer.binds, *answer.pipelined):

@@ -138,9 +138,9 @@ class SplitCycles:
         mark = time.perf_counter()
         jobs = jobs_by_key(snapshot.jobs)
         tasks = TaskIndex(jobs)
-        outcome = answers_outcome(layout, answers, tasks)
+        moved = moved_pods(answers)
+        outcome = answers_outcome(layout, answers, tasks, moved)
         if outcome == SplitOutcome.SPLIT:
-            moved = moved_pods(answers)
             placed = [
                 pod
                 for answer in answers
@@ -148,7 +148,7 @@ class SplitCycles:
                 if (pod[0], pod[1]) not in moved
             ]
             if accept(snapshot, jobs, placed, layout.opening) or not evictions_hold(
-                snapshot, layout, answers, tasks, placed, config
+                snapshot, layout, answers, tasks, moved, placed, config
             ):
                 outcome = SplitOutcome.REFUSED
         timing.accept = time.perf_counter() - mark

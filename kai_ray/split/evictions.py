@@ -46,7 +46,7 @@ from kai_ray.model.objects import JobSpec, TaskSpec
 from kai_ray.model.resources import EPSILON
 from kai_ray.model.snapshot import Snapshot
 from kai_ray.split.accept import job_charges
-from kai_ray.split.checks import TaskIndex, moved_pods
+from kai_ray.split.checks import TaskIndex
 from kai_ray.split.deal import taken_gpus
 from kai_ray.split.part import PartAnswer, PlacedPod
 from kai_ray.split.replica import SplitLayout
@@ -59,12 +59,12 @@ def evictions_hold(
     layout: SplitLayout,
     answers: list[PartAnswer],
     tasks: TaskIndex,
+    moved: set[tuple[str, str]],
     placed: list[PlacedPod],
     config: SchedulerConfig,
 ) -> bool:
-    """Whether the parts' evictions together keep the objective and the reclaim rules; `placed`
-    are the pending pods they placed (re-placed victims left out)."""
-    moved = moved_pods(answers)
+    """Whether the parts' evictions together keep the objective and the reclaim rules; `moved`
+    are the victims they placed again (`moved_pods`), `placed` the pending pods they placed."""
     freed = 0.0
     reclaimed: list[tuple[str, TaskSpec, int, str]] = []
     """(reclaimer key, victim pod, the victim's row, the victim's job key)"""

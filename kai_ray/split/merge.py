@@ -7,7 +7,7 @@ accepted placements and evictions and every other pod's unchanged state.
 
 from __future__ import annotations
 
-from kai_ray.engine.plan import Bind, Eviction, Plan, TaskState, problem_reasons
+from kai_ray.engine.plan import Bind, Eviction, Plan, StateFields, TaskState, problem_reasons
 from kai_ray.engine.reasons import EvictionCause, EvictionReason
 from kai_ray.model.objects import OCCUPYING, JobSpec, TaskSpec, TaskStatus
 from kai_ray.model.snapshot import NodeTable, Snapshot
@@ -41,18 +41,19 @@ def parts_plan(snapshot: Snapshot, answers: list[PartAnswer]) -> Plan:
     table = snapshot.nodes
     reasons: dict[tuple[str, str, str | None], EvictionReason] = {}
     """One reason per (action, message, preemptor): a reclaim gives thousands of victims one."""
+    alike: dict[StateFields, TaskState] = {}
     for job in snapshot.jobs:
         for task in job.tasks:
             key = (job.key, task.name)
             found, victim = placed.get(key), evicted.get(key)
             if found is not None:
                 (job_key, name, node, groups, gpus, action), binds = found
-                plan.tasks[key] = TaskState(ACCEPTED_STATUS[binds], node, groups, gpus)
+                plan.tasks[key] = _shared(alike, (ACCEPTED_STATUS[binds], node, groups, gpus))
                 bind = Bind(job_key, name, node, groups, gpus, action)
                 (plan.binds if binds else plan.pipelined).append(bind)
             elif victim is not None:
                 accepted = task.accepted_gpus(float(table.gpu_memory[table.index[victim[2]]]))
-                plan.tasks[key] = TaskState(TaskStatus.RELEASING, victim[2], victim[3], accepted)
+                plan.tasks[key] = _shared(alike, (TaskStatus.RELEASING, victim[2], victim[3], accepted))
             else:
                 plan.tasks[key] = unmoved_state(task, table)
             if victim is not None:
@@ -63,6 +64,18 @@ def parts_plan(snapshot: Snapshot, answers: list[PartAnswer]) -> Plan:
     for name, waiting in problem_reasons(snapshot.problems).items():
         plan.pending_reasons.setdefault(name, waiting)
     return plan
+
+
+def _shared(alike: dict[StateFields, TaskState], fields: StateFields) -> TaskState:
+    """One frozen state for the pods that stand alike, as the local plan shares them
+    (`plan.task_state`): only where equal fields print alike (a float GPU count, not zero)."""
+    gpus = fields[3]
+    if type(gpus) is not float or gpus == 0.0:
+        return TaskState(*fields)
+    state = alike.get(fields)
+    if state is None:
+        state = alike[fields] = TaskState(*fields)
+    return state
 
 
 def jobs_by_key(jobs: list[JobSpec]) -> dict[str, JobSpec]:
