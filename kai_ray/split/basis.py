@@ -74,22 +74,16 @@ def queue_sums(snapshot: Snapshot, jobs: list[JobSpec]) -> QueueSums:
     return QueueSums(up[0], up[1], up[2])
 
 
-def part_bases(snapshot: Snapshot, own: list[QueueSums], everything: QueueSums) -> list[PartBasis]:
-    """For each part: the cluster's totals and GPU memory bounds, and what every job but the
+def part_basis(snapshot: Snapshot, own: QueueSums, everything: QueueSums) -> PartBasis:
+    """For one part: the cluster's totals and GPU memory bounds, and what every job but the
     part's own holds and asks (`everything` less `own`: what its session adds to its booking)."""
-    totals = cluster_fairness_totals(snapshot)
     minimum, maximum = gpu_memory_bounds(snapshot.nodes)
-    bases = []
-    for sums in own:
-        others = everything - sums
-        bases.append(
-            PartBasis(
-                totals,
-                minimum,
-                maximum,
-                others.allocated,
-                others.allocated_non_preemptible,
-                others.requested,
-            )
-        )
-    return bases
+    others = everything - own
+    return PartBasis(
+        cluster_fairness_totals(snapshot),
+        minimum,
+        maximum,
+        others.allocated,
+        others.allocated_non_preemptible,
+        others.requested,
+    )

@@ -23,6 +23,7 @@ same way, whichever runner computes the parts.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -194,11 +195,16 @@ def _deal_pending(
     """Deals every job without placed pods into `homes` or divides it; returns the positions of
     jobs kept, and each divided job's pods per part.
 
-    Plain floats over the few parts: numpy calls per job cost more than the choice itself."""
+    Plain floats over the few parts: numpy calls per job cost more than the choice itself; the
+    parts by work in a heap, so a job looks at the parts only until one has room for it."""
     free, whole = room.tolist(), capacity.tolist()
+    most_free = [max(part[column] for part in free) for column in (CPU_COLUMN, GPU_COLUMN)]
+    most_whole = [max(part[column] for part in whole) for column in (CPU_COLUMN, GPU_COLUMN)]
     left = [list(part) for part in free]
     work = [0.0] * len(free)
     parts = range(len(free))
+    by_work = [(0.0, part) for part in parts]
+    """A heap of (work dealt, part): the part `min` over (work, part) would pick comes first."""
     kept: set[int] = set()
     divided: dict[int, list[int]] = {}
     order = sorted(
@@ -208,7 +214,7 @@ def _deal_pending(
     for position in order:
         cpu, gpus, pods = load.demand[position]
         column, amount = (GPU_COLUMN, gpus) if gpus > 0 else (CPU_COLUMN, cpu)
-        if all(free[part][column] < amount for part in parts):
+        if most_free[column] < amount:
             weights = [whole[part][column] for part in parts]
             if divisible(jobs[position]) and sum(weights) > 0:
                 divided[position] = shares = divide(len(jobs[position].tasks), weights)
@@ -217,20 +223,42 @@ def _deal_pending(
                     left[part][CPU_COLUMN] -= cpu * portion
                     left[part][GPU_COLUMN] -= gpus * portion
                     work[part] += (JOB_WEIGHT + pods) * portion
+                by_work = [(work[part], part) for part in parts]
+                heapq.heapify(by_work)
                 continue
-            if all(whole[part][column] < amount for part in parts):
+            if most_whole[column] < amount:
                 kept.add(position)
                 continue
-        fitting = [part for part in parts if left[part][CPU_COLUMN] >= cpu and left[part][GPU_COLUMN] >= gpus]
-        if fitting:
-            chosen = min(fitting, key=lambda part: (work[part], part))
-        else:
+        chosen = _pop_least_work_with_room(by_work, left, cpu, gpus)
+        if chosen is None:
             chosen = max(parts, key=lambda part: (left[part][column], -part))
+            by_work.remove((work[chosen], chosen))
+            heapq.heapify(by_work)
         homes[position] = chosen
         left[chosen][CPU_COLUMN] -= cpu
         left[chosen][GPU_COLUMN] -= gpus
         work[chosen] += JOB_WEIGHT + pods
+        heapq.heappush(by_work, (work[chosen], chosen))
     return kept, divided
+
+
+def _pop_least_work_with_room(
+    by_work: list[tuple[float, int]], left: list[list[float]], cpu: float, gpus: float
+) -> int | None:
+    """The part with the least work among those with `cpu` and `gpus` left, taken off the heap;
+    None (the heap as it was) when none has."""
+    passed = []
+    chosen = None
+    while by_work:
+        entry = heapq.heappop(by_work)
+        room = left[entry[1]]
+        if room[CPU_COLUMN] >= cpu and room[GPU_COLUMN] >= gpus:
+            chosen = entry[1]
+            break
+        passed.append(entry)
+    for entry in passed:
+        heapq.heappush(by_work, entry)
+    return chosen
 
 
 def _parts(

@@ -16,12 +16,11 @@ from dataclasses import dataclass, replace
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.distributed.partitions import partitions_for
-from kai_ray.engine.part_basis import PartBasis
 from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import HeldPod, JobSpec, QueueSpec, TopologySpec
 from kai_ray.model.snapshot import NodeTable, Snapshot
 from kai_ray.server.gc_tuning import freeze_what_lives
-from kai_ray.split.basis import QueueSums, part_bases, queue_sums
+from kai_ray.split.basis import QueueSums, part_basis, queue_sums
 from kai_ray.split.deal import Deal, cluster_load, deal, must_free
 from kai_ray.split.part import PartAnswer, run_part
 
@@ -31,7 +30,6 @@ class SplitLayout:
     deal: Deal
     opening: QueueSums
     """Every job's queue sums at the start of the cycle (all parts and the kept jobs)."""
-    bases: list[PartBasis]
     pending: dict[str, int]
     """Job key → its pending pods, for every job."""
     gpus_to_free: float
@@ -46,13 +44,10 @@ def split_layout(snapshot: Snapshot, count: int, pool_label: str | None) -> Spli
     partitions = partitions_for(snapshot.nodes.specs, count, list(snapshot.topologies.values()), pool_label)
     load = cluster_load(snapshot)
     dealt = deal(snapshot, partitions, load)
-    own = [queue_sums(snapshot, part.jobs) for part in dealt.parts]
-    kept = queue_sums(snapshot, dealt.kept)
+    opening = queue_sums(snapshot, snapshot.jobs)
     pending = {job.key: demand[2] for job, demand in zip(snapshot.jobs, load.demand, strict=True)}
-    opening = sum(own, kept)
-    bases = part_bases(snapshot, own, opening)
     freeing = must_free(snapshot, load)
-    return SplitLayout(dealt, opening, bases, pending, freeing, time.perf_counter() - started)
+    return SplitLayout(dealt, opening, pending, freeing, time.perf_counter() - started)
 
 
 @dataclass(frozen=True)
@@ -172,10 +167,11 @@ class Replica:
         if token != self.token:
             return PartAnswer(part, self.token, [], [])
         layout = self.layout(count)
-        answer = run_part(
-            _known(self.snapshot), layout.deal.parts[part], layout.bases[part], config, usage, token
-        )
-        return replace(answer, seconds=answer.seconds + layout.seconds)
+        started = time.perf_counter()
+        snapshot, dealt = _known(self.snapshot), layout.deal.parts[part]
+        basis = part_basis(snapshot, queue_sums(snapshot, dealt.jobs), layout.opening)
+        answer = run_part(snapshot, dealt, basis, config, usage, token)
+        return replace(answer, seconds=time.perf_counter() - started + layout.seconds)
 
 
 def _known(snapshot: Snapshot | None) -> Snapshot:
