@@ -59,13 +59,17 @@ def job_charges(
 ) -> dict[str, np.ndarray]:
     """Per job for which `charged` holds: (cpu, memory, GPUs granted) its placed pods take."""
     charges: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(3))
-    requests: dict[str, dict[str, tuple[float, float]]] = {}
+    requests: dict[str, dict[str, tuple[float, float]] | None] = {}
+    """Per job seen: its pods' (cpu, memory) by name, or None for a job not `charged`."""
     for job_key, task_name, _node, _groups, gpus, _action in placed:
-        job = jobs[job_key]
-        if not charged(job):
-            continue
-        if job_key not in requests:
-            requests[job_key] = {t.name: (t.cpu_millis, t.memory) for t in job.tasks}
-        cpu, memory = requests[job_key][task_name]
-        charges[job_key] += (cpu, memory, gpus)
+        if job_key in requests:
+            known = requests[job_key]
+        else:
+            job = jobs[job_key]
+            known = requests[job_key] = (
+                {t.name: (t.cpu_millis, t.memory) for t in job.tasks} if charged(job) else None
+            )
+        if known is not None:
+            cpu, memory = known[task_name]
+            charges[job_key] += (cpu, memory, gpus)
     return charges

@@ -178,4 +178,6 @@ class SplitCycles:
                     pending += 1
                 elif task.status in OCCUPYING:
                     placed += 1
+            if pending and pending + placed >= self.min_pods:
+                break
         return pending > 0 and pending + placed >= self.min_pods and not has_stale_gang(snapshot)

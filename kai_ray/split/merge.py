@@ -43,11 +43,13 @@ def parts_plan(snapshot: Snapshot, answers: list[PartAnswer]) -> Plan:
     """One reason per (action, message, preemptor): a reclaim gives thousands of victims one."""
     alike: dict[StateFields, TaskState] = {}
     for job in snapshot.jobs:
+        job_key = job.key
         for task in job.tasks:
-            key = (job.key, task.name)
-            found, victim = placed.get(key), evicted.get(key)
+            key = (job_key, task.name)
+            found = placed.get(key)
+            victim = evicted.get(key) if evicted else None
             if found is not None:
-                (job_key, name, node, groups, gpus, action), binds = found
+                (_, name, node, groups, gpus, action), binds = found
                 plan.tasks[key] = _shared(alike, (ACCEPTED_STATUS[binds], node, groups, gpus))
                 bind = Bind(job_key, name, node, groups, gpus, action)
                 (plan.binds if binds else plan.pipelined).append(bind)
@@ -60,7 +62,7 @@ def parts_plan(snapshot: Snapshot, answers: list[PartAnswer]) -> Plan:
                 why = reasons.get(victim[4:])
                 if why is None:
                     why = reasons[victim[4:]] = EvictionReason(EvictionCause(victim[4]), victim[5], victim[6])
-                plan.evictions.append(Eviction(job.key, task.name, victim[2], why))
+                plan.evictions.append(Eviction(job_key, task.name, victim[2], why))
     for name, waiting in problem_reasons(snapshot.problems).items():
         plan.pending_reasons.setdefault(name, waiting)
     return plan
