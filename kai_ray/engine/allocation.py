@@ -35,7 +35,7 @@ def allocate_job(
     tasks = tasks_to_allocate(session, job, extra_pending)
     if not tasks:
         return False
-    for plugin in session.plugins_with("job_capacity_problem"):
+    for plugin in session.hooked["job_capacity_problem"]:
         problem = plugin.job_capacity_problem(job, tasks)
         if problem:
             session.note_reason(job, problem)
@@ -61,7 +61,7 @@ def allocate_job(
 
 def _splits_nodes(session: Session, job: Job) -> bool:
     """Over a list, not a generator: asked of every job attempt, of one plugin or two."""
-    return any([plugin.splits_nodes(job) for plugin in session.plugins_with("splits_nodes")])
+    return any([plugin.splits_nodes(job) for plugin in session.hooked["splits_nodes"]])
 
 
 class _GroupWalk:

@@ -132,6 +132,10 @@ class SubGroupSet:
         return self.satisfied_members() >= self.min_members()
 
     def ready(self) -> bool:
+        if not self.sets and len(self.pod_sets) == 1:
+            # One pod set (most jobs): counted without the members list; asked of every
+            # pending job each allocate.
+            return int(self.pod_sets[0].ready()) >= self.min_members()
         return len([m for m in self.members if m.ready()]) >= self.min_members()
 
     def all_pod_sets(self) -> list[PodSet]:

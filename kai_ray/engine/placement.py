@@ -37,7 +37,7 @@ def place_task(
     bonus: np.ndarray | None = None,
 ) -> str | None:
     """`bonus`: extra score per node row (a topology plugin's ordering inside the chosen domain)."""
-    for plugin in session.plugins_with("pre_predicate"):
+    for plugin in session.hooked["pre_predicate"]:
         reason = plugin.pre_predicate(task)
         if reason:
             return reason
@@ -106,7 +106,7 @@ def _scanned_rows(
 
 
 def _node_capacity_problem(session: Session, task: Task, accepted_gpus: float) -> str | None:
-    for plugin in session.plugins_with("node_capacity_problem"):
+    for plugin in session.hooked["node_capacity_problem"]:
         reason = plugin.node_capacity_problem(task, accepted_gpus)
         if reason:
             return reason

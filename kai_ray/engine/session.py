@@ -28,7 +28,8 @@ from kai_ray.engine.queues import QueueBook
 from kai_ray.engine.reasons import EvictionReason, PendingReason, main_cause
 from kai_ray.engine.statement import Operation, Placement
 from kai_ray.fairshare.usage import QueueUsage
-from kai_ray.model.objects import QUEUE_CHARGING, TaskStatus
+from kai_ray.identity_cache import IdentityCache
+from kai_ray.model.objects import QUEUE_CHARGING, TaskSpec, TaskStatus
 from kai_ray.model.resources import CPU, GPU, MEMORY
 from kai_ray.model.snapshot import NodeTable, Snapshot
 
@@ -75,7 +76,9 @@ class Session:
         self._queue_keys: dict[tuple[str, int, bytes], OrderKey] = {}
         self._task_keys: dict[int, OrderKey] = {}
         self._tiebreaks: dict[tuple[str, str], int] = {}
-        self._hooked: dict[str, list[Plugin]] = {}
+        self.hooked: dict[str, list[Plugin]] = HookLists(self)
+        """Hook name → `plugins_with(hook)`, as a mapping: the per-pod path reads it by subscript,
+        without a method call (it asks several hooks per job and per pod)."""
         self._job_moves: dict[Job, int] = {}
         self.placed_at_open: dict[int, tuple[TaskStatus, int | None]] = {}
         """Task uid → (status, node row) when the session opened, for each task that moved."""
@@ -143,12 +146,7 @@ class Session:
         the same combined answer; the placement path asks several hooks per pod, and most of
         the fourteen default plugins implement one or two.
         """
-        found = self._hooked.get(hook)
-        if found is None:
-            default = getattr(Plugin, hook)
-            found = [p for p in self.plugins if getattr(type(p), hook) is not default]
-            self._hooked[hook] = found
-        return found
+        return self.hooked[hook]
 
     def has_plugin(self, name: str) -> bool:
         return any(p.name == name for p in self.plugins)
@@ -156,13 +154,16 @@ class Session:
     # ------------------------------------------------------------------ the one primitive
     def move_task(self, task: Task, placement: Placement) -> None:
         self.placed_at_open.setdefault(task.uid, (task.status, task.node))
-        moves_away = (
-            task.status == TaskStatus.RELEASING
-            and placement.status == TaskStatus.PIPELINED
-            and placement.node != task.node
-            and task.uid not in self.nodes.left_behind
-        )
-        self._remove(task, leave_behind=moves_away)
+        if task.node is not None:
+            # A pending task holds nothing on a node and charges no queue (nothing to remove):
+            # what every pod placed moves from.
+            moves_away = (
+                task.status == TaskStatus.RELEASING
+                and placement.status == TaskStatus.PIPELINED
+                and placement.node != task.node
+                and task.uid not in self.nodes.left_behind
+            )
+            self._remove(task, task.node, leave_behind=moves_away)
         was_pending = task.status == TaskStatus.PENDING
         task.status, task.node, task.groups = placement.status, placement.node, placement.groups
         self._add(task)
@@ -201,16 +202,14 @@ class Session:
         if task.status != TaskStatus.RELEASING or not self.nodes.take_back(task):
             self.nodes.add(task)
         if task.node is not None and self._is_charged(task):
-            charge = self.placed_fairness(task, task.node)
+            spec = task.spec
+            charge = self.placed_fairness(task, task.node) if spec.is_shared_gpu else whole_gpu_charge(spec)
             self._charges[task.uid] = charge
             job = task.job
             self.queues.charge(job.queue, charge, not job.spec.preemptible)
 
-    def _remove(self, task: Task, *, leave_behind: bool = False) -> None:
-        if task.node is None:
-            # A pending task holds nothing on a node and charges no queue (nothing to remove):
-            # what every pod placed moves from.
-            return
+    def _remove(self, task: Task, node: int, *, leave_behind: bool) -> None:
+        """`node`: the task's row (a task on none holds nothing)."""
         if leave_behind:
             self.nodes.leave_behind(task)
         else:
@@ -221,7 +220,7 @@ class Session:
         if charge is None and at_open:
             # Booked at open, never moved since: charged where it still is.
             self._discharged.add(uid)
-            charge = self.placed_fairness(task, task.node)
+            charge = self.placed_fairness(task, node)
         if charge is not None:
             self.queues.charge(task.job.queue, charge, not task.job.spec.preemptible, sign=-1.0)
 
@@ -284,7 +283,7 @@ class Session:
     # ------------------------------------------------------------------ ordering
     def job_order_key(self, job: OrderableJob) -> OrderKey:
         key: list[float | str] = []
-        for plugin in self.plugins_with("job_order_key"):
+        for plugin in self.hooked["job_order_key"]:
             part = plugin.job_order_key(job)
             if part is not None:
                 key.extend(part)
@@ -334,7 +333,7 @@ class Session:
         return cached
 
     def _queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey:
-        plugins = self.plugins_with("queue_order_key")
+        plugins = self.hooked["queue_order_key"]
         if len(plugins) == 1:
             # One plugin orders queues (the default set): its key as a tuple, without building
             # the concatenation (asked for every queue whose accounting changed, on every pop).
@@ -444,6 +443,34 @@ class Session:
             yield
         finally:
             self.simulating = previous
+
+
+class HookLists(dict[str, list[Plugin]]):
+    """`Session.plugins_with` by hook, each list made on its first reading (after the plugins are
+    built) and kept for the session: which class overrides a hook does not change."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__()
+        self.session = session
+
+    def __missing__(self, hook: str) -> list[Plugin]:
+        default = getattr(Plugin, hook)
+        found = [p for p in self.session.plugins if getattr(type(p), hook) is not default]
+        self[hook] = found
+        return found
+
+
+def _whole_gpu_charge(spec: TaskSpec) -> np.ndarray:
+    """`Session.placed_fairness` of a pod that shares no GPU, the same on every row (its
+    accepted GPUs are its whole ones): read-only, as sessions share it."""
+    charge = np.array([spec.cpu_millis, spec.memory, spec.accepted_gpus(DEFAULT_GPU_MEMORY_MIB)])
+    charge.flags.writeable = False
+    return charge
+
+
+whole_gpu_charge = IdentityCache(_whole_gpu_charge)
+"""What placing a pod that shares no GPU charges its queue, made once per pod spec: a scheduler's
+specs outlive its cycles (`convert.live`), and a new array per placed pod was most of a charge."""
 
 
 def gpu_memory_bounds(table: NodeTable) -> tuple[float, float]:

@@ -22,12 +22,14 @@ from random_clusters import JobDraw, QueueDraw, full_cycle, running_cluster, sce
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
 from kai_ray.engine.cycle import open_session
 from kai_ray.engine.job_queue import Best, JobQueue
-from kai_ray.engine.jobs import Job
+from kai_ray.engine.jobs import Job, PodSet, SubGroupSet
 from kai_ray.engine.node_finder import shape_key, shape_of
+from kai_ray.engine.plan import Bind, _bind
 from kai_ray.engine.plugins.predicates import PredicatesPlugin
 from kai_ray.engine.plugins.proportion import ZERO_SHARE_PENALTY, ProportionPlugin
+from kai_ray.engine.plugins.topology import TopologyPlugin
 from kai_ray.engine.reasons import PendingCause
-from kai_ray.engine.session import Session
+from kai_ray.engine.session import Session, whole_gpu_charge
 from kai_ray.model.objects import UNLIMITED
 from kai_ray.model.resources import EPSILON
 from kai_ray.model.snapshot import compile_snapshot
@@ -203,3 +205,42 @@ def test_queue_order_keys_are_the_spelled_out_rules(
             assert proportion.queue_order_key(queue, request) == spelled_out_queue_key(
                 session, queue, request
             )
+
+
+def walked_topology(group: SubGroupSet | PodSet) -> bool:
+    """Whether a (sub)group of the job's own tree names a topology, walked afresh."""
+    if group.topology is not None and group.topology.topology:
+        return True
+    return isinstance(group, SubGroupSet) and any(walked_topology(m) for m in group.members)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_answers_remembered_per_spec_are_the_ones_asked_afresh(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+) -> None:
+    """After a whole cycle: the topology plugin's verdict per tree spec is the walk of each job's
+    tree, a whole-GPU pod's remembered queue charge is what placing it on any row charges, and a
+    group of one pod set is ready as its members count says."""
+    session = cycled(drawn).session
+    topology = next(p for p in session.plugins if isinstance(p, TopologyPlugin))
+    rows = range(len(session.nodes.table))
+    for job in session.jobs:
+        assert topology.splits_nodes(job) == walked_topology(job.root)
+        root = job.root
+        assert root.ready() == (len([m for m in root.members if m.ready()]) >= root.min_members())
+        for task in job.tasks:
+            if task.is_shared_gpu:
+                continue
+            charge = whole_gpu_charge(task.spec)
+            for row in rows:
+                fresh = session.placed_fairness(task, row)
+                assert charge.dtype == fresh.dtype and charge.tobytes() == fresh.tobytes()
+
+
+def test_a_plan_bind_is_the_dataclass_made_by_its_init() -> None:
+    """`plan._bind` fills the very fields `Bind.__init__` does."""
+    made = _bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim")
+    spelled = Bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim")
+    assert made == spelled and repr(made) == repr(spelled) and vars(made) == vars(spelled)
+    assert hash(made) == hash(spelled)
