@@ -32,6 +32,7 @@ from kai_ray.model.objects import ACTIVE_USED, OCCUPYING, HeldPod, JobSpec, Task
 from kai_ray.model.snapshot import Snapshot
 
 CPU_COLUMN, GPU_COLUMN = 0, 1
+RELEASING = frozenset({TaskStatus.RELEASING, TaskStatus.STUCK_IN_RELEASING})
 JOB_WEIGHT = 1.7
 """A job's share of a part's cycle, in pods: measured on `big-5000x40000`, where choosing the next
 job (queue order, gang collection) costs about 1.7 times placing one pod."""
@@ -43,6 +44,9 @@ class ClusterLoad:
 
     used: np.ndarray
     """Per node row, (cpu, gpus) held by placed pods and held pods."""
+    releasing: np.ndarray
+    """Per node row, the GPUs of `used` that pods on their way out hold: a pod can be pipelined
+    onto them without evicting anything."""
     demand: list[tuple[float, float, int]]
     """Per job, (cpu, gpus, pods) of its pending pods."""
     placed_rows: dict[int, list[int]]
@@ -54,6 +58,7 @@ def cluster_load(snapshot: Snapshot) -> ClusterLoad:
     rows: list[int] = []
     cpus: list[float] = []
     gpus: list[float] = []
+    leaving: list[tuple[int, float]] = []
     demand = []
     placed_rows: dict[int, list[int]] = {}
     for position, job in enumerate(snapshot.jobs):
@@ -70,23 +75,32 @@ def cluster_load(snapshot: Snapshot) -> ClusterLoad:
                 rows.append(row)
                 cpus.append(task.cpu_millis)
                 gpus.append(taken_gpus(task))
+                if task.status in RELEASING:
+                    leaving.append((row, gpus[-1]))
         demand.append((cpu, gpu, pods))
     for pod in snapshot.held:
         if pod.task.node is not None:
             rows.append(table.index[pod.task.node])
             cpus.append(pod.task.cpu_millis)
             gpus.append(taken_gpus(pod.task))
+            if pod.task.status in RELEASING:
+                leaving.append((rows[-1], gpus[-1]))
     used = np.zeros((len(table), 2))
     np.add.at(used, np.array(rows, dtype=np.int64), np.column_stack((cpus, gpus)).reshape(len(rows), 2))
-    return ClusterLoad(used, demand, placed_rows)
+    releasing = np.zeros(len(table))
+    for row, taken in leaving:
+        releasing[row] += taken
+    return ClusterLoad(used, releasing, demand, placed_rows)
 
 
 def must_free(snapshot: Snapshot, load: ClusterLoad) -> float:
     """The GPUs every plan that places all pending pods must take from running pods: what the
-    pending pods ask beyond what the schedulable nodes have free, since a placed pod's GPUs come
-    from a free GPU or an evicted pod's."""
-    free = _free_by_part(snapshot, [np.arange(len(snapshot.nodes))], load.used)[0]
-    return max(0.0, sum(d[1] for d in load.demand) - float(free[GPU_COLUMN]))
+    pending pods ask beyond what the schedulable nodes have free or releasing, since a placed
+    pod's GPUs come from a free GPU, a releasing pod's or an evicted pod's."""
+    table = snapshot.nodes
+    staying = load.used[:, GPU_COLUMN] - load.releasing
+    usable = float((np.maximum(table.allocatable[:, 2] - staying, 0.0) * table.schedulable).sum())
+    return max(0.0, sum(d[1] for d in load.demand) - usable)
 
 
 @dataclass(frozen=True)

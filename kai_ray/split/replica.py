@@ -34,7 +34,7 @@ class SplitLayout:
     """Job key → its pending pods, for every job."""
     gpus_to_free: float
     """The GPUs any plan placing every pending pod must take from running pods: what they ask
-    beyond what is free (`must_free`)."""
+    beyond what is free or releasing (`must_free`)."""
     seconds: float
     """How long computing it took: every part computes it, so it is on each part's path."""
 
