@@ -51,7 +51,11 @@ def test_a_split_plan_is_the_local_plan_or_places_every_pending_pod_validly(
     drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
 ) -> None:
     nodes, queues, first, later = drawn
-    snapshot = compile_snapshot(with_arrivals(running_cluster(nodes, queues, first), later))
+    assert_split_promise(compile_snapshot(with_arrivals(running_cluster(nodes, queues, first), later)))
+
+
+def assert_split_promise(snapshot: Snapshot) -> None:
+    """With two and three parts: the local plan, or a valid one no worse than it; the same twice."""
     local = schedule(snapshot, ALL)
     for parts in (2, 3):
         plan, cycles = split_plan(snapshot, parts)
@@ -249,14 +253,7 @@ def crowded_clusters(draw: st.DrawFn) -> Snapshot:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(crowded_clusters())
 def test_split_evictions_are_valid_and_take_no_more_gpus_than_the_local_plan(snapshot: Snapshot) -> None:
-    local = schedule(snapshot, ALL)
-    for parts in (2, 3):
-        plan, cycles = split_plan(snapshot, parts)
-        if cycles.outcomes[SplitOutcome.SPLIT]:
-            assert_valid(snapshot, plan, ALL)
-            assert_no_worse(snapshot, plan, local)
-        else:
-            assert facts(plan) == facts(local)
+    assert_split_promise(snapshot)
 
 
 def test_a_gang_no_part_holds_is_divided_and_reclaims_in_every_part() -> None:
