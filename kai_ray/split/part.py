@@ -33,7 +33,10 @@ EvictedPod = tuple[str, str, str, tuple[str, ...], str, str, str | None]
 """(job key, task name, the node it ran on, its GPU groups there, the evicting action, the
 eviction's message, the key of the job it made room for)."""
 PLACED = frozenset({TaskStatus.ALLOCATED, TaskStatus.PIPELINED})
+"""What placing a pod turns it into (the plan's binds and pipelined pods)."""
 PART_ACTIONS = {name: action for name, action in ACTIONS.items() if name != "stalegangeviction"}
+"""The actions a part runs: a cycle with a stale gang is not split, so stale gang eviction would
+only walk every job to find nothing."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ def _changes(session: Session) -> tuple[list[PlacedPod], list[PlacedPod], list[E
     for job in session.jobs:
         if job not in moved:
             continue
+        key = job.key
         for task in job.tasks:
             found = session.placed_at_open.get(task.uid)
             if found is None or task.status == found[0]:
@@ -120,7 +124,7 @@ def _changes(session: Session) -> tuple[list[PlacedPod], list[PlacedPod], list[E
             if status in PLACED and node is not None:
                 gpus = task.spec.accepted_gpus(float(table.gpu_memory[node]))
                 action = session.placed_by.get(task.uid, "allocate")
-                pod = (job.key, task.spec.name, table.names[node], task.groups, gpus, action)
+                pod = (key, task.spec.name, table.names[node], task.groups, gpus, action)
                 (binds if status == TaskStatus.ALLOCATED else pipelined).append(pod)
             if status == TaskStatus.PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
                 evictions.append(_evicted(session, task, table.names[before_node]))
