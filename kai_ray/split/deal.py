@@ -11,9 +11,10 @@ Why a job goes where it goes:
   (or CPU, for a job without GPUs) left;
 - a job with every pod pending that no part has room for goes to the part with the most left,
   to make room there by evicting (reclaim, preempt, consolidation run in every part), unless it is
-  a plain gang (one pod set, no topology constraint), which is divided instead: each part gets a
-  share of its pods in proportion to its capacity, as a gang of its own (`Part.shares`), so a gang
-  no part can hold is assembled from the parts' offers, all of them or none (`checks`);
+  a plain gang (pod sets side by side, no topology constraint), which is divided instead: each
+  part gets a share of each pod set's pods in proportion to its capacity, as a gang of its own
+  (`Part.shares`), so a gang no part can hold is assembled from the parts' offers, all of them or
+  none (`checks`);
 - a job asking more than any single part has at all, and not divisible, is kept for the local
   engine.
 The deal is a pure function of the snapshot and the partitions: the same snapshot is dealt the
@@ -147,17 +148,33 @@ def deal(snapshot: Snapshot, partitions: list[np.ndarray], load: ClusterLoad) ->
 
 
 def divisible(job: JobSpec) -> bool:
-    """A plain gang every pod of which waits: one pod set and no topology constraint, so any of
-    its pods can go to any part and the parts' shares add up to the gang."""
+    """A plain gang every pod of which waits: pod sets side by side (no nested sets, no "any k of
+    them"), no topology constraint, so any of its pods can go to any part and the parts' shares
+    of each pod set add up to it."""
     groups = job.subgroups
     return (
         len(job.tasks) >= 2
         and not groups.subgroup_sets
-        and len(groups.pod_sets) == 1
+        and groups.min_subgroups is None
         and groups.topology is None
-        and groups.pod_sets[0].topology is None
+        and all(pod_set.topology is None for pod_set in groups.pod_sets)
         and all(task.status == TaskStatus.PENDING for task in job.tasks)
     )
+
+
+def divide_job(job: JobSpec, weights: list[float]) -> list[list[int]]:
+    """Each part's pods of `job` (task positions, in task order): every pod set's pods divided in
+    proportion to `weights`, the first ones to the first part."""
+    positions: dict[str, list[int]] = {}
+    for index, task in enumerate(job.tasks):
+        positions.setdefault(task.subgroup, []).append(index)
+    shares: list[list[int]] = [[] for _ in weights]
+    for members in positions.values():
+        start = 0
+        for part, size in enumerate(divide(len(members), weights)):
+            shares[part].extend(members[start : start + size])
+            start += size
+    return [sorted(share) for share in shares]
 
 
 def divide(count: int, weights: list[float]) -> list[int]:
@@ -205,7 +222,7 @@ def _free_by_part(snapshot: Snapshot, partitions: list[np.ndarray], used: np.nda
 
 def _deal_pending(
     jobs: list[JobSpec], load: ClusterLoad, homes: dict[int, int], room: np.ndarray, capacity: np.ndarray
-) -> tuple[set[int], dict[int, list[int]]]:
+) -> tuple[set[int], dict[int, list[list[int]]]]:
     """Deals every job without placed pods into `homes` or divides it; returns the positions of
     jobs kept, and each divided job's pods per part.
 
@@ -220,7 +237,7 @@ def _deal_pending(
     by_work = [(0.0, part) for part in parts]
     """A heap of (work dealt, part): the part `min` over (work, part) would pick comes first."""
     kept: set[int] = set()
-    divided: dict[int, list[int]] = {}
+    divided: dict[int, list[list[int]]] = {}
     order = sorted(
         (p for p in range(len(jobs)) if p not in homes),
         key=lambda p: (-jobs[p].priority, jobs[p].created, jobs[p].key),
@@ -231,12 +248,12 @@ def _deal_pending(
         if most_free[column] < amount:
             weights = [whole[part][column] for part in parts]
             if divisible(jobs[position]) and sum(weights) > 0:
-                divided[position] = shares = divide(len(jobs[position].tasks), weights)
+                divided[position] = shares = divide_job(jobs[position], weights)
+                tasks = jobs[position].tasks
                 for part in parts:
-                    portion = shares[part] / len(jobs[position].tasks)
-                    left[part][CPU_COLUMN] -= cpu * portion
-                    left[part][GPU_COLUMN] -= gpus * portion
-                    work[part] += (JOB_WEIGHT + pods) * portion
+                    left[part][CPU_COLUMN] -= sum(tasks[i].cpu_millis for i in shares[part])
+                    left[part][GPU_COLUMN] -= sum(taken_gpus(tasks[i]) for i in shares[part])
+                    work[part] += (JOB_WEIGHT + pods) * len(shares[part]) / len(tasks)
                 by_work = [(work[part], part) for part in parts]
                 heapq.heapify(by_work)
                 continue
@@ -282,7 +299,7 @@ def _parts(
     homes: dict[int, int],
     placed_rows: dict[int, list[int]],
     kept_positions: set[int],
-    divided: dict[int, list[int]],
+    divided: dict[int, list[list[int]]],
 ) -> Deal:
     count = len(partitions)
     jobs: list[list[JobSpec]] = [[] for _ in range(count)]
@@ -299,13 +316,11 @@ def _parts(
             kept.append(job)
             continue
         if position in divided:
-            start = 0
-            for index, size in enumerate(divided[position]):
-                if size:
-                    share = _share(job, start, size)
+            for index, members in enumerate(divided[position]):
+                if members:
+                    share = _share(job, members)
                     jobs[index].append(share)
                     shares[index][job.key] = frozenset(task.name for task in share.tasks)
-                start += size
             continue
         home = homes[position]
         jobs[home].append(job)
@@ -333,10 +348,16 @@ def _parts(
     return Deal(parts, kept)
 
 
-def _share(job: JobSpec, start: int, size: int) -> JobSpec:
-    """One part's share of a divided job: `size` of its pods from `start`, a gang of them all."""
-    (pod_set,) = job.subgroups.pod_sets
-    subgroups = dataclasses.replace(
-        job.subgroups, pod_sets=(dataclasses.replace(pod_set, min_available=size),)
+def _share(job: JobSpec, members: list[int]) -> JobSpec:
+    """One part's share of a divided job: the pods at `members`, each pod set's a gang of them all."""
+    tasks = [job.tasks[index] for index in members]
+    counts: dict[str, int] = {}
+    for task in tasks:
+        counts[task.subgroup] = counts.get(task.subgroup, 0) + 1
+    pod_sets = tuple(
+        dataclasses.replace(pod_set, min_available=counts[pod_set.name])
+        for pod_set in job.subgroups.pod_sets
+        if pod_set.name in counts
     )
-    return dataclasses.replace(job, tasks=job.tasks[start : start + size], subgroups=subgroups)
+    subgroups = dataclasses.replace(job.subgroups, pod_sets=pod_sets)
+    return dataclasses.replace(job, tasks=tasks, subgroups=subgroups)

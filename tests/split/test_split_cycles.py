@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from builders import NO_LIMIT, cluster, config
+from builders import NO_LIMIT, cluster, config, pod_set, subgroup_set
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from random_clusters import ALL_ACTIONS, RACK, JobDraw, QueueDraw, running_cluster, scenarios, with_arrivals
@@ -237,16 +237,24 @@ def crowded_clusters(draw: st.DrawFn) -> Snapshot:
     for index in range(draw(st.integers(1, 3))):
         pods = draw(st.integers(1, 4))
         queue, priority = draw(st.sampled_from([("r", 50), ("r", 50), ("v", 80)]))
+        # Sometimes a leader pod set of one beside the workers', as a PyTorchJob's master and workers.
+        leader = pods >= 2 and draw(st.booleans())
+        sets = subgroup_set("", pod_set("leader", 1), pod_set("workers", pods - 1)) if leader else None
         builder.job(
             f"new-{index}",
             queue=queue,
-            pods=pods,
+            pods=0 if leader else pods,
             gpus=1,
             min_member=draw(st.integers(1, pods)),
             priority=priority,
             preemptible=True,
             created=100.0 + index,
+            subgroups=sets,
         )
+        if leader:
+            builder.task(subgroup="leader")
+            for _ in range(pods - 1):
+                builder.task(subgroup="workers")
     return compile_snapshot(builder.build())
 
 

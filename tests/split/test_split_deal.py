@@ -33,9 +33,13 @@ def full_cluster(*jobs: str) -> Snapshot:
     if "plain" in jobs:
         builder.job("plain", queue="r", pods=4, gpus=8, created=10.0)
     if "two-sets" in jobs:
-        sets = subgroup_set("", pod_set("a", 1), pod_set("b", 1))
+        sets = subgroup_set("", pod_set("a", 1), pod_set("b", 2))
         builder.job("two-sets", queue="r", pods=0, gpus=8, subgroups=sets, created=11.0)
-        builder.task(subgroup="a").task(subgroup="b")
+        builder.task(subgroup="a").task(subgroup="b").task(subgroup="b")
+    if "nested" in jobs:
+        inner = subgroup_set("inner", pod_set("c", 1))
+        builder.job("nested", queue="r", pods=0, gpus=8, subgroups=subgroup_set("", inner), created=13.0)
+        builder.task(subgroup="c").task(subgroup="c")
     if "in-a-rack" in jobs:
         rack = TopologyConstraintSpec("racks", required_level=RACK)
         builder.job("in-a-rack", queue="r", pods=2, gpus=8, topology=rack, created=12.0)
@@ -43,25 +47,30 @@ def full_cluster(*jobs: str) -> Snapshot:
 
 
 def test_only_a_plain_gang_no_part_has_room_for_is_divided() -> None:
-    snapshot = full_cluster("plain", "two-sets", "in-a-rack")
+    snapshot = full_cluster("plain", "two-sets", "in-a-rack", "nested")
     by_name = {job.name: job for job in snapshot.jobs}
-    assert divisible(by_name["plain"])
-    assert not divisible(by_name["two-sets"]), "several pod sets: a share's minimum is not clear"
+    assert divisible(by_name["plain"]) and divisible(by_name["two-sets"])
+    assert not divisible(by_name["nested"]), "a nested set: how its members combine is the tree's"
     assert not divisible(by_name["in-a-rack"]), "a topology constraint binds its pods together"
     assert not divisible(by_name["run-0"]), "its pods run"
     dealt = deal(snapshot, [np.array([0, 1]), np.array([2, 3])], cluster_load(snapshot))
     shares = [part.shares for part in dealt.parts]
     assert [len(share["plain"]) for share in shares] == [2, 2]
     assert set().union(*(share["plain"] for share in shares)) == {f"plain-{i}" for i in range(4)}
+    assert [sorted(share["two-sets"]) for share in shares] == [["two-sets-0", "two-sets-1"], ["two-sets-2"]]
     for part in dealt.parts:
-        (share,) = [job for job in part.jobs if job.name == "plain"]
-        assert share.subgroups.pod_sets[0].min_available == len(share.tasks) == 2, "each share a gang"
-        whole = [job.name for job in part.jobs if job.name in ("two-sets", "in-a-rack")]
-        assert all(name not in part.shares for name in whole)
+        for name in ("plain", "two-sets"):
+            (share,) = [job for job in part.jobs if job.name == name]
+            for kept_set in share.subgroups.pod_sets:
+                members = [task for task in share.tasks if task.subgroup == kept_set.name]
+                assert kept_set.min_available == len(members) > 0, "each pod set's share a gang"
+        assert all(name not in part.shares for name in ("in-a-rack", "nested"))
     assert sorted(job.name for part in dealt.parts for job in part.jobs if job.queue == "r") == [
         "in-a-rack",
+        "nested",
         "plain",
         "plain",
+        "two-sets",
         "two-sets",
     ]
     assert not dealt.kept
