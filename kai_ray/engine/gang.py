@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kai_ray.engine.jobs import Job, PodSet, SubGroupSet, Task
 from kai_ray.engine.session import Session
-from kai_ray.model.objects import TaskStatus
+from kai_ray.model.objects import ACTIVE_ALLOCATED, TaskStatus
 
 NO_EXTRA: frozenset[int] = frozenset()
 
@@ -77,11 +77,18 @@ def _lone_pod_set(
 ) -> list[Task]:
     """What `_walk` gives a group of one pod set (most jobs), without its lists: that pod set's
     tasks, unless it has its minimum and the group asks for more than one member (which its
-    lone member cannot give)."""
-    allocated = pod_set.active_allocated()
+    lone member cannot give). Its allocated and its waiting pods are found in one pass."""
+    allocated = 0
+    waiting = []
+    for task in pod_set.tasks:
+        status = task.status
+        if status in ACTIVE_ALLOCATED:
+            allocated += 1
+        elif status == TaskStatus.PENDING or (status == TaskStatus.RELEASING and task.uid in extra):
+            waiting.append(task)
     if allocated >= pod_set.min_available and node.min_members() > 1:
         return []
-    return _member_tasks(session, pod_set, allocated, extra)
+    return _first_waiting(session, pod_set, allocated, waiting)
 
 
 def _member_tasks(
@@ -96,12 +103,18 @@ def _member_tasks(
         for t in member.tasks
         if t.status == TaskStatus.PENDING or (t.uid in extra and t.status == TaskStatus.RELEASING)
     ]
+    return _first_waiting(session, member, have, waiting)
+
+
+def _first_waiting(session: Session, pod_set: PodSet, have: int, waiting: list[Task]) -> list[Task]:
+    """Of a pod set's `waiting` tasks (pending, or evicted and allowed back), in task order, what
+    it is missing below its minimum, or one once it has it; `have`: its allocated pods."""
     if not waiting:
         return waiting
     pending = session.sorted_tasks(waiting) if len(waiting) > 1 else waiting
-    if have >= member.min_available:
+    if have >= pod_set.min_available:
         return pending[:1]
-    return pending[: member.min_available - have]
+    return pending[: pod_set.min_available - have]
 
 
 def should_pipeline(job: Job) -> bool:

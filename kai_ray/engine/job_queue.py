@@ -53,10 +53,11 @@ class JobQueue:
         heap's layout) and each queue stamped once by its count (only a stamp's changes are ever
         read)."""
         counts: dict[str, int] = {}
+        order_key, sequence, heaps = self.session.job_order_key, self._sequence, self._heaps
         for job in jobs:
-            entry = (self.session.job_order_key(job), next(self._sequence), job)
-            self._heaps.setdefault(job.queue, []).append(entry)
-            counts[job.queue] = counts.get(job.queue, 0) + 1
+            queue = job.spec.queue
+            heaps.setdefault(queue, []).append((order_key(job), next(sequence), job))
+            counts[queue] = counts.get(queue, 0) + 1
         for heap in self._heaps.values():
             heapq.heapify(heap)
         book = self.session.queues

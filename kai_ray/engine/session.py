@@ -201,7 +201,8 @@ class Session:
         # every pod placed the answer is no.
         if task.status != TaskStatus.RELEASING or not self.nodes.take_back(task):
             self.nodes.add(task)
-        if task.node is not None and self._is_charged(task):
+        # Queue-charging statuses asked first, without a call: the answer for every pod allocated.
+        if task.node is not None and (task.status in QUEUE_CHARGING or self._pipelining_charges(task)):
             spec = task.spec
             charge = self.placed_fairness(task, task.node) if spec.is_shared_gpu else whole_gpu_charge(spec)
             self._charges[task.uid] = charge
@@ -224,10 +225,10 @@ class Session:
         if charge is not None:
             self.queues.charge(task.job.queue, charge, not task.job.spec.preemptible, sign=-1.0)
 
-    def _is_charged(self, task: Task) -> bool:
-        """Pipelining charges the queue in-session; a pod already pipelined in the snapshot does not."""
-        if task.status in QUEUE_CHARGING:
-            return True
+    def _pipelining_charges(self, task: Task) -> bool:
+        """Whether a task in a status that charges no queue by itself (`QUEUE_CHARGING`) charges it
+        by being pipelined: pipelining charges the queue in-session; a pod already pipelined in
+        the snapshot does not."""
         if task.status != TaskStatus.PIPELINED or not self._in_session:
             return False
         spec = task.spec

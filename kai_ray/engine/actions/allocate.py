@@ -44,8 +44,10 @@ def allocate(session: Session) -> None:
     jobs = pending_ready_jobs(session)
     session.node_finder.prepare(jobs)
     queue = JobQueue(session, jobs)
+    # One statement for every job in turn: each job's work ends committed or discarded, which
+    # leaves the statement empty, as a new one is.
+    statement = Statement(session)
     while (job := queue.pop()) is not None:
-        statement = Statement(session)
         had_allocation = job.has_status(QUEUE_CHARGING)
         if not allocate_job(session, statement, job):
             statement.discard()
