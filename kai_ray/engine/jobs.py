@@ -53,14 +53,16 @@ class Task:
     groups: tuple[str, ...]
     request: np.ndarray
     pod_set: PodSet | None = None
+    is_shared_gpu: bool = field(init=False)
+    """Its spec's `is_shared_gpu`, read once: the placement path asks it several times per pod,
+    and a spec never changes (a changed pod is a new spec)."""
+
+    def __post_init__(self) -> None:
+        self.is_shared_gpu = self.spec.is_shared_gpu
 
     @property
     def name(self) -> str:
         return self.spec.name
-
-    @property
-    def is_shared_gpu(self) -> bool:
-        return self.spec.is_shared_gpu
 
     @property
     def needs_gpu(self) -> bool:

@@ -125,9 +125,8 @@ class NodeState:
         row = task.node
         self.changed_rows.append(row)
         self._charge(row, task.request, task.status, sign)
-        spec = task.spec
-        if spec.is_shared_gpu:
-            self._apply_groups(task.uid, spec, task.groups, task.status, row, sign)
+        if task.is_shared_gpu:
+            self._apply_groups(task.uid, task.spec, task.groups, task.status, row, sign)
 
     def _charge(self, row: int, request: np.ndarray, status: TaskStatus, sign: float) -> None:
         # Adding takes the request itself (the same floats as 1.0 times it), without a new array;

@@ -203,8 +203,8 @@ class Session:
             self.nodes.add(task)
         # Queue-charging statuses asked first, without a call: the answer for every pod allocated.
         if task.node is not None and (task.status in QUEUE_CHARGING or self._pipelining_charges(task)):
-            spec = task.spec
-            charge = self.placed_fairness(task, task.node) if spec.is_shared_gpu else whole_gpu_charge(spec)
+            node, spec = task.node, task.spec
+            charge = self.placed_fairness(task, node) if task.is_shared_gpu else whole_gpu_charge(spec)
             self._charges[task.uid] = charge
             job = task.job
             self.queues.charge(job.queue, charge, not job.spec.preemptible)

@@ -220,8 +220,9 @@ def test_answers_remembered_per_spec_are_the_ones_asked_afresh(
     drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
 ) -> None:
     """After a whole cycle: the topology plugin's verdict per tree spec is the walk of each job's
-    tree, a whole-GPU pod's remembered queue charge is what placing it on any row charges, and a
-    group of one pod set is ready as its members count says."""
+    tree, a whole-GPU pod's remembered queue charge is what placing it on any row charges, a
+    group of one pod set is ready as its members count says, and a task shares GPUs as its spec
+    says."""
     session = cycled(drawn).session
     topology = next(p for p in session.plugins if isinstance(p, TopologyPlugin))
     rows = range(len(session.nodes.table))
@@ -230,6 +231,7 @@ def test_answers_remembered_per_spec_are_the_ones_asked_afresh(
         root = job.root
         assert root.ready() == (len([m for m in root.members if m.ready()]) >= root.min_members())
         for task in job.tasks:
+            assert task.is_shared_gpu == task.spec.is_shared_gpu
             if task.is_shared_gpu:
                 continue
             charge = whole_gpu_charge(task.spec)
