@@ -109,7 +109,7 @@ def build_plan(session: Session) -> Plan:
                 continue
             if status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED) and state.node is not None:
                 action = placed_by.get(task.uid, "allocate")
-                bind = _bind(key, name, state.node, task.groups, state.accepted_gpus, action)
+                bind = new_bind(key, name, state.node, task.groups, state.accepted_gpus, action)
                 (plan.binds if status == TaskStatus.ALLOCATED else plan.pipelined).append(bind)
             if status == TaskStatus.PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
                 moved_from = session.nodes.table.names[before_node]
@@ -127,10 +127,11 @@ def build_plan(session: Session) -> Plan:
     return plan
 
 
-def _bind(job: str, task: str, node: str, groups: tuple[str, ...], accepted: float, action: str) -> Bind:
+def new_bind(job: str, task: str, node: str, groups: tuple[str, ...], accepted: float, action: str) -> Bind:
     """`Bind(job, task, node, groups, accepted, action)`, its fields put in the instance's dict at
     once instead of through the frozen dataclass's `__init__` (an `object.__setattr__` per field):
-    one is made per pod placed, and building them was a fortieth of a small cluster's cycle."""
+    one is made per pod placed, and building them was a fortieth of a small cluster's cycle (a
+    split cycle's merge makes them too)."""
     bind: Bind = object.__new__(Bind)
     bind.__dict__.update(
         job=job, task=task, node=node, gpu_groups=groups, accepted_gpus=accepted, action=action

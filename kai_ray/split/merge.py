@@ -7,7 +7,7 @@ accepted placements and evictions and every other pod's unchanged state.
 
 from __future__ import annotations
 
-from kai_ray.engine.plan import Bind, Eviction, Plan, StateFields, TaskState, problem_reasons
+from kai_ray.engine.plan import Eviction, Plan, StateFields, TaskState, new_bind, problem_reasons
 from kai_ray.engine.reasons import EvictionCause, EvictionReason
 from kai_ray.model.objects import OCCUPYING, JobSpec, TaskSpec, TaskStatus
 from kai_ray.model.snapshot import NodeTable, Snapshot
@@ -51,7 +51,7 @@ def parts_plan(snapshot: Snapshot, answers: list[PartAnswer]) -> Plan:
             if found is not None:
                 (_, name, node, groups, gpus, action), binds = found
                 plan.tasks[key] = _shared(alike, (ACCEPTED_STATUS[binds], node, groups, gpus))
-                bind = Bind(job_key, name, node, groups, gpus, action)
+                bind = new_bind(job_key, name, node, groups, gpus, action)
                 (plan.binds if binds else plan.pipelined).append(bind)
             elif victim is not None:
                 accepted = task.accepted_gpus(float(table.gpu_memory[table.index[victim[2]]]))

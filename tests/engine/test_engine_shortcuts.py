@@ -24,7 +24,7 @@ from kai_ray.engine.cycle import open_session
 from kai_ray.engine.job_queue import Best, JobQueue
 from kai_ray.engine.jobs import Job, PodSet, SubGroupSet
 from kai_ray.engine.node_finder import shape_key, shape_of
-from kai_ray.engine.plan import Bind, _bind
+from kai_ray.engine.plan import Bind, new_bind
 from kai_ray.engine.plugins.predicates import PredicatesPlugin
 from kai_ray.engine.plugins.proportion import ZERO_SHARE_PENALTY, ProportionPlugin
 from kai_ray.engine.plugins.topology import TopologyPlugin
@@ -241,8 +241,8 @@ def test_answers_remembered_per_spec_are_the_ones_asked_afresh(
 
 
 def test_a_plan_bind_is_the_dataclass_made_by_its_init() -> None:
-    """`plan._bind` fills the very fields `Bind.__init__` does."""
-    made = _bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim")
+    """`plan.new_bind` fills the very fields `Bind.__init__` does."""
+    made = new_bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim")
     spelled = Bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim")
     assert made == spelled and repr(made) == repr(spelled) and vars(made) == vars(spelled)
     assert hash(made) == hash(spelled)
