@@ -74,7 +74,8 @@ ShardByOption = Annotated[
         help=f"node-pool: schedule each node pool ({NODE_POOL_LABEL} label on nodes, queues, PodGroups) "
         "whole as its own shard, as KAI's SchedulingShards do; with --executor ray, one Ray task per "
         "pool (--shards is then unused). jobs (bench only): split cycles, nodes and jobs dealt to "
-        "--shards parts that allocate in parallel (Ray actors with --executor ray), see docs/sharding.md.",
+        "--shards parts that place pods and search victims in parallel (Ray actors with --executor "
+        "ray), see docs/sharding.md.",
     ),
 ]
 RayAddressOption = Annotated[
