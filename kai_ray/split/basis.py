@@ -30,13 +30,6 @@ class QueueSums:
     allocated_non_preemptible: np.ndarray
     requested: np.ndarray
 
-    def __add__(self, other: QueueSums) -> QueueSums:
-        return QueueSums(
-            self.allocated + other.allocated,
-            self.allocated_non_preemptible + other.allocated_non_preemptible,
-            self.requested + other.requested,
-        )
-
     def __sub__(self, other: QueueSums) -> QueueSums:
         return QueueSums(
             self.allocated - other.allocated,

@@ -68,13 +68,9 @@ def answers_outcome(
 ) -> SplitOutcome:
     """UNTRUSTED, PENDING_LEFT or SPLIT (before the queue rules are applied); `moved` are the
     answers' `moved_pods`."""
-    if not _trusted(layout, answers, tasks):
+    placed = _trusted_placements(layout, answers, tasks, moved)
+    if placed is None:
         return SplitOutcome.UNTRUSTED
-    placed: dict[str, int] = {}
-    for answer in answers:
-        for pod in (*answer.binds, *answer.pipelined):
-            if (pod[0], pod[1]) not in moved:
-                placed[pod[0]] = placed.get(pod[0], 0) + 1
     if any(placed.get(job, 0) > count for job, count in layout.pending.items()) or len(placed) > len(
         layout.pending
     ):
@@ -84,32 +80,39 @@ def answers_outcome(
     return SplitOutcome.SPLIT
 
 
-def _trusted(layout: SplitLayout, answers: list[PartAnswer], tasks: TaskIndex) -> bool:
-    placed: set[tuple[str, str]] = set()
+def _trusted_placements(
+    layout: SplitLayout, answers: list[PartAnswer], tasks: TaskIndex, moved: set[tuple[str, str]]
+) -> dict[str, int] | None:
+    """Pending pods placed per job (re-placed victims left out), in the same pass that checks
+    every answer names only what its part was dealt; None when one does not."""
+    seen: set[tuple[str, str]] = set()
     evicted: set[tuple[str, str]] = set()
+    placed: dict[str, int] = {}
     for index, answer in enumerate(answers):
         part = layout.deal.parts[index]
         if answer.part != index or not _same_shares(answers[0].fair_shares, answer.fair_shares):
-            return False
+            return None
         jobs, shares = part.job_keys, part.shares
         for pod in (*answer.binds, *answer.pipelined):
             key = (pod[0], pod[1])
             share = shares.get(pod[0])
-            if pod[0] not in jobs or pod[2] not in part.node_names or key in placed:
-                return False
+            if pod[0] not in jobs or pod[2] not in part.node_names or key in seen:
+                return None
             if share is not None and pod[1] not in share:
-                return False
-            placed.add(key)
+                return None
+            seen.add(key)
+            if key not in moved:
+                placed[pod[0]] = placed.get(pod[0], 0) + 1
         for victim in answer.evictions:
             key = (victim[0], victim[1])
             task = tasks.task(*key)
             if victim[0] not in jobs or key in evicted or task is None:
-                return False
+                return None
             ran = task.status in ACTIVE_ALLOCATED and task.node == victim[2]
             if not ran and task.status != TaskStatus.PENDING:
-                return False
+                return None
             evicted.add(key)
-    return True
+    return placed
 
 
 def _same_shares(first: tuple[float, ...], other: tuple[float, ...]) -> bool:

@@ -145,7 +145,7 @@ def _reclaims_hold(
                     continue
                 involved = (asked[preemptor] > 0) | (lost[sibling] > EPSILON)
                 shares = book.fair_share
-                ours, theirs = shares[row], shares[sibling]
-                if too_saturated(most[row], ours, least[sibling], theirs, involved, multiplier):
+                level, other = shares[row], shares[sibling]
+                if too_saturated(most[row], level, least[sibling], other, involved, multiplier):
                     return False
     return True

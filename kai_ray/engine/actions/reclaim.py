@@ -128,15 +128,16 @@ class ReclaimPolicy:
                 if not np.any(lost > EPSILON):
                     continue
                 involved = (self.request > 0) | (lost > EPSILON)
-                if self._too_saturated(alloc, row, remaining[sibling], sibling, involved):
+                if too_saturated(
+                    alloc,
+                    book.fair_share[row],
+                    remaining[sibling],
+                    book.fair_share[sibling],
+                    involved,
+                    self.multiplier,
+                ):
                     return False
         return True
-
-    def _too_saturated(
-        self, alloc: np.ndarray, row: int, left: np.ndarray, sibling: int, involved: np.ndarray
-    ) -> bool:
-        shares = self.book.fair_share
-        return too_saturated(alloc, shares[row], left, shares[sibling], involved, self.multiplier)
 
     def eviction_reason(self, preemptor: Job, victim: Task) -> EvictionReason:
         message = f"reclaimed for queue {preemptor.queue}, job {preemptor.name}"
