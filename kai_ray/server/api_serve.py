@@ -20,6 +20,7 @@ from kai_ray.server.grpc_api import GrpcStartError, RunningServer, SchedulerServ
 from kai_ray.server.grpc_auth import AuthConfigError, TlsConfig, TokenTable, load_token_file
 from kai_ray.server.logs import configure_logging
 from kai_ray.server.serve import EXIT_INPUT, EXIT_STOPPED, ServeError, open_endpoints, stop_on_signals
+from kai_ray.server.threads import EXIT_WAIT_SECONDS, dump_stacks_on_sigusr1, leave_within
 from kai_ray.service.api import SchedulerService
 from kai_ray.service.backend import Grouper
 from kai_ray.service.kube_backend import KubeBackend, SchedulerLike
@@ -78,6 +79,7 @@ def serve_simulated(
     there is no cache to fill.
     """
     configure_logging()
+    dump_stacks_on_sigusr1()
     try:
         service = SchedulerService(backend, grouper=grouper)
         health = Health()
@@ -106,6 +108,7 @@ def serve_simulated(
         backend.close()
         if endpoints is not None:
             endpoints.close()
+    leave_within(EXIT_WAIT_SECONDS, EXIT_STOPPED)
     return EXIT_STOPPED
 
 

@@ -8,15 +8,12 @@ refusing a permission); no traceback reaches the terminal for those.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
 import socket
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +53,7 @@ from kai_ray.server.scheduler import (
     KubeScheduler,
     RunOutcome,
 )
+from kai_ray.server.threads import EXIT_WAIT_SECONDS, dump_stacks_on_sigusr1, leave_within
 
 if TYPE_CHECKING:
     from kai_ray.server.api_serve import GrpcOptions, KubeApi
@@ -201,10 +199,12 @@ def serve_forever(options: ServeOptions, executor: Executor | None) -> int:
     configure_logging()
     dump_stacks_on_sigusr1()
     try:
-        return _serve(options, executor)
+        code = _serve(options, executor)
     except ServeError as error:
         log.error("%s", error)
         return error.exit_code
+    leave_within(EXIT_WAIT_SECONDS, code)
+    return code
 
 
 @dataclass
@@ -251,38 +251,6 @@ def open_endpoints(registry: CollectorRegistry, health: Health, address: str) ->
         raise ServeError(f"--metrics-address {address}: {error}", EXIT_INPUT) from None
     log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz)", host, port)
     return endpoints
-
-
-def dump_stacks_on_sigusr1() -> None:
-    """`kill -USR1 <pid>` writes every thread's stack to stderr; the process goes on.
-
-    A scheduler that stops cycling without a word is the one failure its logs cannot
-    explain; this lets an operator see where each thread waits, without a debugger.
-    A Python handler, not `faulthandler`: faulthandler reads other threads' frames from a
-    signal handler while they run, and on a busy scheduler it was seen to write a garbled
-    frame and never finish (the dumping thread stuck). Python runs this handler on the main
-    thread holding the interpreter lock, between two bytecodes (blocking calls are
-    interrupted for it), so every frame it reads is whole.
-    """
-    try:
-        signal.signal(signal.SIGUSR1, _dump_stacks)
-    except ValueError as error:  # not the main thread (embedded)
-        log.debug("no stack dumps on SIGUSR1: %s", error)
-
-
-def _dump_stacks(signum: int, frame: FrameType | None) -> None:
-    """Every thread's stack, oldest thread (the main one, last here) at the end, in one write."""
-    names = {thread.ident: thread.name for thread in threading.enumerate()}
-    main = threading.main_thread().ident
-    frames = sys._current_frames()
-    lines: list[str] = []
-    for ident in sorted(frames, key=lambda key: key == main):
-        lines.append(f"Thread 0x{ident:016x} ({names.get(ident, 'unnamed')}) (most recent call first):")
-        for entry in reversed(traceback.extract_stack(frames[ident])):
-            lines.append(f'  File "{entry.filename}", line {entry.lineno} in {entry.name}')
-        lines.append("")
-    with contextlib.suppress(OSError, AttributeError):  # stderr closed, or none at all
-        os.write(sys.stderr.fileno(), "\n".join(lines).encode(errors="replace"))
 
 
 def stop_on_signals() -> threading.Event:

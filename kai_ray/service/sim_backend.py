@@ -36,6 +36,7 @@ waits for a cycle; `_cycle_lock` serialises cycles, and listeners are called und
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -93,6 +94,10 @@ MAX_BACK_TO_BACK = 10
 TIMINGS_KEPT = 10_000
 _STUCK_MARGIN = 1e-3
 """Stuck-in-releasing flips strictly after its threshold; wake just past it."""
+CLOSE_TIMEOUT_SECONDS = 10.0
+"""How long `close` waits for a cycle in progress to end."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -362,13 +367,20 @@ class SimBackend:
             self._thread = threading.Thread(target=self._loop, name="kai-ray-sim", daemon=True)
         self._thread.start()
 
-    def close(self) -> None:
+    def close(self, timeout: float = CLOSE_TIMEOUT_SECONDS) -> bool:
+        """Stop the background thread; False (and a warning) when it is still in a cycle after
+        `timeout` seconds: a daemon thread, it then ends with the process."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
             thread = self._thread
-        if thread is not None:
-            thread.join()
+        if thread is None:
+            return True
+        thread.join(timeout)
+        if thread.is_alive():
+            log.warning("the simulated cluster's cycle thread did not stop within %.0f s", timeout)
+            return False
+        return True
 
     def _loop(self) -> None:
         while True:

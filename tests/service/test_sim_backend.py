@@ -184,3 +184,30 @@ def test_next_timer_is_none_without_clock_rules_and_ignores_the_past() -> None:
     )
     session, _ = run_with_session(state, config(actions=("allocate",)))
     assert next_timer(state, session, config(), []) is None
+
+
+class StuckCycle(SimBackend):
+    """A backend whose cycles wait for the test to let them go."""
+
+    def __init__(self, entered: threading.Event, release: threading.Event) -> None:
+        super().__init__(cluster(nodes=1), period=0.01, max_idle=0.0)
+        self.entered, self.release = entered, release
+
+    def run_cycle(self) -> CycleRecord:
+        self.entered.set()
+        self.release.wait(30.0)
+        return super().run_cycle()
+
+
+def test_close_gives_up_on_a_stuck_cycle_after_its_timeout_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    entered, release = threading.Event(), threading.Event()
+    backend = StuckCycle(entered, release)
+    backend.start()
+    try:
+        assert entered.wait(10.0), "the background thread never started a cycle"
+        with caplog.at_level("WARNING", logger="kai_ray.service.sim_backend"):
+            assert backend.close(timeout=0.2) is False
+        assert "did not stop within" in caplog.text
+    finally:
+        release.set()
+    assert backend.close(timeout=10.0) is True
