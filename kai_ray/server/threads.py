@@ -23,7 +23,7 @@ __all__ = ["EXIT_WAIT_SECONDS", "dump_stacks_on_sigusr1", "leave_within", "threa
 
 log = logging.getLogger(__name__)
 
-EXIT_WAIT_SECONDS = 10.0
+EXIT_WAIT_SECONDS = 5.0
 """How long a stopped server waits for its threads to end before it exits without them."""
 
 

@@ -94,7 +94,7 @@ MAX_BACK_TO_BACK = 10
 TIMINGS_KEPT = 10_000
 _STUCK_MARGIN = 1e-3
 """Stuck-in-releasing flips strictly after its threshold; wake just past it."""
-CLOSE_TIMEOUT_SECONDS = 10.0
+CLOSE_TIMEOUT_SECONDS = 5.0
 """How long `close` waits for a cycle in progress to end."""
 
 log = logging.getLogger(__name__)
