@@ -20,6 +20,7 @@ from kai_ray.bench.projection import (
     split_cycle,
 )
 from kai_ray.bench.shapes import build_shape
+from kai_ray.collector import collection_paused
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import schedule
 from kai_ray.model.snapshot import compile_snapshot
@@ -185,12 +186,14 @@ class _Cycles:
         # A served cycle runs over a model the collector no longer walks (`serve` freezes it after
         # its first read): the timed cycle does too, whichever executor runs it.
         freeze_what_lives()
-        started = time.perf_counter()
-        if self.split is not None:
-            plan = self.split.schedule(snapshot, config)
-        else:
-            plan = schedule(snapshot, config, self.executor)
-        self.runs.append(time.perf_counter() - started)
+        # As serve does, the cycle's garbage is collected once its plan is out, not inside it.
+        with collection_paused():
+            started = time.perf_counter()
+            if self.split is not None:
+                plan = self.split.schedule(snapshot, config)
+            else:
+                plan = schedule(snapshot, config, self.executor)
+            self.runs.append(time.perf_counter() - started)
         self.splits.append(split_cycle(self.runs[-1], _timings_since(self.executor, already)))
         self.placed = len(plan.binds) + len(plan.pipelined)
         self.evicted = len(plan.evictions)

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.collector import collection_paused
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.actions.allocate import allocate
 from kai_ray.engine.actions.consolidation import consolidation
@@ -53,4 +54,5 @@ def run_actions(session: Session) -> Plan:
 
 
 def schedule(snapshot: Snapshot, config: SchedulerConfig, executor: Executor | None = None) -> Plan:
-    return run_actions(open_session(snapshot, config, executor))
+    with collection_paused():
+        return run_actions(open_session(snapshot, config, executor))

@@ -50,6 +50,7 @@ from kai_ray.cluster.kube.status import (
     queue_usage_from_book,
     split_job_key,
 )
+from kai_ray.collector import collection_paused
 from kai_ray.distributed.executor import CountsShardFaults, Executor
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.reasons import PendingCause, PendingReason
@@ -258,7 +259,14 @@ class KubeScheduler:
             log.warning("stopped with Events still unsent")
 
     def run_cycle(self) -> CycleOutcome:
-        """One full cycle. Never raises on bad cluster objects: they are reported and skipped."""
+        """One full cycle. Never raises on bad cluster objects: they are reported and skipped.
+
+        No automatic collection until the plan is applied and published (`kai_ray.collector`):
+        the binds go out first, the cycle's garbage is collected while the loop waits."""
+        with collection_paused():
+            return self._run_cycle()
+
+    def _run_cycle(self) -> CycleOutcome:
         started = time.perf_counter()
         phases = _PhaseClock(started)
         cleaned = delete_stale_bind_requests(self.api, self.cache, concurrency=self.concurrency)

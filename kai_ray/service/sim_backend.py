@@ -54,6 +54,7 @@ from kai_ray.api import (
     read_manifest_documents,
 )
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.collector import collection_paused
 from kai_ray.convert import cluster_from_manifest_set
 from kai_ray.convert.common import epoch
 from kai_ray.convert.pods import STUCK_IN_RELEASING_SECONDS
@@ -265,7 +266,8 @@ class SimBackend:
             with self._lock:
                 self._running = True
             try:
-                return self._cycle()
+                with collection_paused():  # until the plan is applied: see `kai_ray.collector`
+                    return self._cycle()
             finally:
                 with self._cond:
                     self._running = False

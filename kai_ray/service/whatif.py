@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from kai_ray.api import ApiObject, Node, Pod, parse_quantity
 from kai_ray.api.constants import HOSTNAME_LABEL, RESOURCE_PODS
 from kai_ray.api.quantity import QuantityError
+from kai_ray.collector import collection_paused
 from kai_ray.convert import cluster_from_manifest_set
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.model.snapshot import compile_snapshot
@@ -69,8 +70,9 @@ def what_if(
         nodes[("", obj.metadata.name)] = obj
     _remove_nodes(request.remove_nodes, kinds)
     state, problems = cluster_from_manifest_set(manifest_set(kinds), now=view.now)
-    session = open_session(compile_snapshot(state), backend.config, None)
-    plan = run_actions(session)
+    with collection_paused():
+        session = open_session(compile_snapshot(state), backend.config, None)
+        plan = run_actions(session)
     pods: dict[NamespacedName, Pod] = {k: v for k, v in kinds.get("Pod", {}).items() if isinstance(v, Pod)}
     apply_plan(pods, plan)
     kinds["Pod"] = dict(pods)

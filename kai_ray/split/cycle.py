@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.collector import collection_paused
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
 from kai_ray.fairshare.usage import QueueUsage
@@ -125,6 +126,10 @@ class SplitCycles:
             self.runner.prepare(snapshot)
 
     def schedule(self, snapshot: Snapshot, config: SchedulerConfig, usage: QueueUsage | None = None) -> Plan:
+        with collection_paused():
+            return self._schedule(snapshot, config, usage)
+
+    def _schedule(self, snapshot: Snapshot, config: SchedulerConfig, usage: QueueUsage | None) -> Plan:
         if not self._splits(snapshot):
             self.outcomes[SplitOutcome.NOT_SPLIT] += 1
             return run_actions(open_session(snapshot, config, usage=usage))

@@ -11,10 +11,12 @@ the same snapshot (`split_layout`, a pure function), so the deal itself never cr
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, replace
 
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.collector import collection_paused, hold_collection, release_collection
 from kai_ray.distributed.partitions import partitions_for
 from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import HeldPod, JobSpec, QueueSpec, TopologySpec
@@ -114,6 +116,9 @@ class Replica:
         self.token = 0
         self.snapshot: Snapshot | None = None
         self._layouts: dict[int, SplitLayout] = {}
+        self._owns_process = False
+        """Settled in a process of its own (an actor): see `settle`."""
+        self._collection_held = False
 
     def sync(self, delta: SnapshotDelta) -> int:
         last = self.snapshot
@@ -145,8 +150,15 @@ class Replica:
         """Keep the collector off the snapshot just taken in, as `serve` does with its model after
         its first read (`freeze_what_lives`): otherwise every full collection during a part's
         cycle walks the whole replica. Only for a process that owns the replica (an actor): it
-        freezes everything that process holds."""
+        freezes everything that process holds.
+
+        From then on the process's collector is held off from the start of each answer to the
+        next snapshot (`kai_ray.collector`): resumed as the answer returns, its first collection
+        would free the part's session while the answer is still being sent, on the cycle's
+        critical path; here it runs between cycles, with the freeze."""
+        self._resume_collection()
         freeze_what_lives()
+        self._owns_process = True
 
     def hold(self, snapshot: Snapshot, token: int) -> None:
         """Take `snapshot` itself as the copy (a replica in the driver's own process)."""
@@ -166,12 +178,30 @@ class Replica:
     ) -> PartAnswer:
         if token != self.token:
             return PartAnswer(part, self.token, [], [])
+        if not self._owns_process:
+            with collection_paused():
+                return self._answer(part, count, config, usage, token)
+        if self._collection_held:  # no new snapshot since the last answer: its garbage first
+            self._resume_collection()
+            gc.collect()
+        hold_collection()
+        self._collection_held = True
+        return self._answer(part, count, config, usage, token)
+
+    def _answer(
+        self, part: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, token: int
+    ) -> PartAnswer:
         layout = self.layout(count)
         started = time.perf_counter()
         snapshot, dealt = _known(self.snapshot), layout.deal.parts[part]
         basis = part_basis(snapshot, queue_sums(snapshot, dealt.jobs), layout.opening)
         answer = run_part(snapshot, dealt, basis, config, usage, token)
         return replace(answer, seconds=time.perf_counter() - started + layout.seconds)
+
+    def _resume_collection(self) -> None:
+        if self._collection_held:
+            self._collection_held = False
+            release_collection()
 
 
 def _known(snapshot: Snapshot | None) -> Snapshot:

@@ -8,6 +8,8 @@ name the very jobs the driver's snapshot has at those positions.
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 
 import pytest
 from builders import config
@@ -172,3 +174,39 @@ def test_a_replica_asked_about_another_version_places_nothing_and_names_its_own(
     replica.sync(over_the_wire(delta))
     answer = replica.answer(delta.token + 1, 1, PARTS, config(), None)
     assert (answer.part, answer.token, answer.binds, answer.pipelined) == (1, delta.token, [], [])
+
+
+COLLECTION_PROBE = """
+import gc
+from kai_ray.api.config import SchedulerConfig
+from kai_ray.bench.shapes import build_shape
+from kai_ray.model.snapshot import SnapshotCompiler
+from kai_ray.split.replica import Replica, SnapshotFeed
+shape = build_shape("kai-full-cycle-16x60")
+compiler, feed = SnapshotCompiler(), SnapshotFeed()
+seen = []
+in_process = Replica(None)
+in_process.hold(compiler.compile(shape.state), 1)
+in_process.answer(1, 0, 2, shape.config, None)
+seen.append(gc.isenabled())
+actor = Replica(None)
+for _ in range(2):
+    token = actor.sync(feed.delta(compiler.compile(shape.state)))
+    actor.settle()
+    seen.append(gc.isenabled())
+    actor.answer(token, 0, 2, shape.config, None)
+    seen.append(gc.isenabled())
+actor.answer(token, 1, 2, shape.config, None)
+seen.append(gc.isenabled())
+print(" ".join(map(str, seen)))
+"""
+
+
+def test_a_settled_replica_collects_between_cycles_not_while_its_answer_is_sent() -> None:
+    """In process the collector is back once the answer is out; in an actor (settled) it stays
+    off from an answer to the next snapshot's settle, so the answer's session is freed between
+    cycles; a second answer to the same snapshot collects the first's garbage first."""
+    done = subprocess.run(
+        [sys.executable, "-c", COLLECTION_PROBE], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["True", "True", "False", "True", "False", "False"]

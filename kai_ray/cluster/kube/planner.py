@@ -15,6 +15,7 @@ from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.constants import SCHEDULER_NAME
 from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.snapshot import CacheReader
+from kai_ray.collector import collection_paused
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.job_pool import JobPool
@@ -56,8 +57,11 @@ class CyclePlanner:
 
     def decide(self, state: ClusterState, usage: QueueUsage | None = None) -> tuple[Session, Plan]:
         """The engine's session and plan for `state`, with the queues' past `usage` (spec §7)."""
-        session = open_session(self._compiler.compile(state), self.config, self.executor, self._pool, usage)
-        plan = run_actions(session)
+        with collection_paused():
+            session = open_session(
+                self._compiler.compile(state), self.config, self.executor, self._pool, usage
+            )
+            plan = run_actions(session)
         if self._pool is not None:
             self._pool.keep(session.jobs, session.moved_jobs())
         return session, plan

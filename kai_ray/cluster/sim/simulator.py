@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.collector import collection_paused
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan, TaskState, task_state
@@ -63,13 +64,14 @@ class SimulatedCluster:
 
     def run_cycle(self) -> CycleResult:
         usage = None if self.usage is None else self.usage.usage(self.state.now)
-        session = open_session(compile_snapshot(self.state), self.config, self.executor, usage=usage)
-        start = _view(session)
-        plan = run_actions(session)
-        end = _view(session)
-        if self.usage is not None:
-            self.usage.record(session)
-        self._apply(plan, session)
+        with collection_paused():  # until the plan is applied: see `kai_ray.collector`
+            session = open_session(compile_snapshot(self.state), self.config, self.executor, usage=usage)
+            start = _view(session)
+            plan = run_actions(session)
+            end = _view(session)
+            if self.usage is not None:
+                self.usage.record(session)
+            self._apply(plan, session)
         return CycleResult(start, end, plan, session)
 
     def run(self, cycles: int) -> list[CycleResult]:
