@@ -137,14 +137,23 @@ def deal(snapshot: Snapshot, partitions: list[np.ndarray], load: ClusterLoad) ->
     part_of_row = np.zeros(len(table), dtype=np.int64)
     for index, members in enumerate(partitions):
         part_of_row[members] = index
-    homes = {
-        position: int(np.argmax(np.bincount(part_of_row[np.array(rows)], minlength=len(partitions))))
-        for position, rows in load.placed_rows.items()
-    }
+    owners = part_of_row.tolist()
+    homes = {position: _home(rows, owners, len(partitions)) for position, rows in load.placed_rows.items()}
     room = _free_by_part(snapshot, partitions, load.used)
     capacity = _free_by_part(snapshot, partitions, np.zeros_like(load.used))
     kept_positions, divided = _deal_pending(snapshot.jobs, load, homes, room, capacity)
-    return _parts(snapshot, partitions, part_of_row, homes, load.placed_rows, kept_positions, divided)
+    return _parts(snapshot, partitions, owners, homes, load.placed_rows, kept_positions, divided)
+
+
+def _home(rows: list[int], owners: list[int], count: int) -> int:
+    """The part holding most of a job's placed pods (ties: the lower part). Plain lists: numpy
+    calls per job cost more than the count itself, and most jobs have one pod."""
+    if len(rows) == 1:
+        return owners[rows[0]]
+    held = [0] * count
+    for row in rows:
+        held[owners[row]] += 1
+    return held.index(max(held))
 
 
 def divisible(job: JobSpec) -> bool:
@@ -295,7 +304,7 @@ def _pop_least_work_with_room(
 def _parts(
     snapshot: Snapshot,
     partitions: list[np.ndarray],
-    part_of_row: np.ndarray,
+    owners: list[int],
     homes: dict[int, int],
     placed_rows: dict[int, list[int]],
     kept_positions: set[int],
@@ -309,7 +318,7 @@ def _parts(
     table = snapshot.nodes
     for pod in snapshot.held:
         if pod.task.node is not None:
-            held[int(part_of_row[table.index[pod.task.node]])].append(pod)
+            held[owners[table.index[pod.task.node]]].append(pod)
     kept = []
     for position, job in enumerate(snapshot.jobs):
         if position in kept_positions:
@@ -324,11 +333,11 @@ def _parts(
             continue
         home = homes[position]
         jobs[home].append(job)
-        if any(int(part_of_row[row]) != home for row in placed_rows.get(position, ())):
+        if any(owners[row] != home for row in placed_rows.get(position, ())):
             for task in job.tasks:
                 if task.node is not None and task.status in OCCUPYING:
                     row = table.index[task.node]
-                    owner = int(part_of_row[row])
+                    owner = owners[row]
                     if owner != home:
                         foreign[home].add(row)
                         held[owner].append(HeldPod(job.namespace, task, foreign=False))
