@@ -26,7 +26,9 @@ from kai_ray.engine.plugins.base import OrderKey
 from kai_ray.engine.session import Session
 
 HeapEntry = tuple[OrderKey, int, Job]
-Best = tuple[str, Job, np.ndarray]
+Request = tuple[np.ndarray, bytes]
+"""A job's request and its bytes (what the session's queue order cache keys it by)."""
+Best = tuple[str, Job, Request]
 """The leaf queue, its best job and that job's request."""
 
 
@@ -36,7 +38,7 @@ class JobQueue:
     ) -> None:
         self.session = session
         self.pending = pending
-        self._next_request: dict[Job, np.ndarray] = {}
+        self._next_request: dict[Job, Request] = {}
         self._heaps: dict[str, list[HeapEntry]] = {}
         self._sequence = itertools.count()
         self._stamps: dict[str, int] = {}
@@ -45,6 +47,8 @@ class JobQueue:
         """Parent queue → (its version and stamp then, the best below it then)."""
         self._top_level = session.queues.top_level()
         """Listed once: queues do not change within a session, and every pop starts here."""
+        self._children = {queue: kids for queue, kids in session.queues.children.items() if kids}
+        """Parent queue → its children, without the leaves (every pop asks of several queues)."""
         self._push_all(jobs)
 
     def _push_all(self, jobs: list[Job]) -> None:
@@ -91,14 +95,14 @@ class JobQueue:
         return any(self._heaps.values())
 
     def _best_in(self, queue: str) -> Best | None:
-        book = self.session.queues
-        children = book.children.get(queue, [])
-        if not children:
+        children = self._children.get(queue)
+        if children is None:
             heap = self._heaps.get(queue)
             if not heap:
                 return None
             job = heap[0][2]
             return queue, job, self._request_of(job)
+        book = self.session.queues
         stamp = (book.versions[book.index[queue]], self._stamps.get(queue, 0))
         known = self._choices.get(queue)
         if known is not None and known[0] == stamp:
@@ -107,28 +111,31 @@ class JobQueue:
         self._choices[queue] = (stamp, best)
         return best
 
-    def _request_of(self, job: Job) -> np.ndarray:
-        """What the job's next attempt would take; only changes when the job itself is placed."""
-        vector = self._next_request.get(job)
-        if vector is None:
+    def _request_of(self, job: Job) -> Request:
+        """What the job's next attempt would take; only changes when the job itself is placed.
+        Its bytes are taken once with it: queue order keys it by them on every pop."""
+        request = self._next_request.get(job)
+        if request is None:
             tasks = tasks_to_allocate(self.session, job, self.pending)
             vector = self.session.fairness_request(tasks, self.session.min_gpu_memory)
-            self._next_request[job] = vector
-        return vector
+            request = self._next_request[job] = (vector, vector.tobytes())
+        return request
 
     def _best_among(self, queues: list[str]) -> Best | None:
         best: Best | None = None
         best_queue = ""
         best_key: OrderKey = ()
+        session = self.session
         for queue in queues:
             candidate = self._best_in(queue)
             if candidate is None:
                 continue
-            key = self.session.queue_order_key(queue, candidate[2])
+            vector, vector_bytes = candidate[2]
+            key = session.queue_order_key(queue, vector, vector_bytes)
             if (
                 best is None
                 or key < best_key
-                or (key == best_key and self.session.queue_tiebreak(queue, best_queue) < 0)
+                or (key == best_key and session.queue_tiebreak(queue, best_queue) < 0)
             ):
                 best, best_queue, best_key = candidate, queue, key
         return best

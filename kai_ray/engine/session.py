@@ -206,8 +206,8 @@ class Session:
             node, spec = task.node, task.spec
             charge = self.placed_fairness(task, node) if task.is_shared_gpu else whole_gpu_charge(spec)
             self._charges[task.uid] = charge
-            job = task.job
-            self.queues.charge(job.queue, charge, not job.spec.preemptible)
+            job_spec = task.job.spec  # the spec's fields, not `Job`'s properties: once per pod placed
+            self.queues.charge(job_spec.queue, charge, not job_spec.preemptible)
 
     def _remove(self, task: Task, node: int, *, leave_behind: bool) -> None:
         """`node`: the task's row (a task on none holds nothing)."""
@@ -324,9 +324,12 @@ class Session:
 
         return sorted(members, key=key)
 
-    def queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey:
-        """Cached until the queue's accounting changes or the job vector differs."""
-        cache_key = (queue, self.queues.versions[self.queues.index[queue]], job.tobytes())
+    def queue_order_key(self, queue: str, job: np.ndarray, job_bytes: bytes | None = None) -> OrderKey:
+        """Cached until the queue's accounting changes or the job vector differs. `job_bytes`:
+        `job.tobytes()` when the caller has it (the job queue keeps it with each request)."""
+        book = self.queues
+        request = job.tobytes() if job_bytes is None else job_bytes
+        cache_key = (queue, book.versions[book.index[queue]], request)
         cached = self._queue_keys.get(cache_key)
         if cached is None:
             cached = self._queue_order_key(queue, job)

@@ -25,6 +25,7 @@ from kai_ray.engine.job_queue import Best, JobQueue
 from kai_ray.engine.jobs import Job, PodSet, SubGroupSet
 from kai_ray.engine.node_finder import shape_key, shape_of
 from kai_ray.engine.plan import Bind, new_bind
+from kai_ray.engine.plugins.base import OrderKey
 from kai_ray.engine.plugins.predicates import PredicatesPlugin
 from kai_ray.engine.plugins.proportion import ZERO_SHARE_PENALTY, ProportionPlugin
 from kai_ray.engine.plugins.topology import TopologyPlugin
@@ -205,6 +206,47 @@ def test_queue_order_keys_are_the_spelled_out_rules(
             assert proportion.queue_order_key(queue, request) == spelled_out_queue_key(
                 session, queue, request
             )
+
+
+def test_queue_order_keys_rank_queue_priorities_as_the_spelled_out_rules() -> None:
+    """The random clusters' queues share one priority: here they differ, parents too."""
+    state = (
+        cluster()
+        .node("n0", gpus=8)
+        .queue("dept", priority=50)
+        .queue("high", parent="dept", priority=125, gpu_quota=2.0)
+        .queue("low", parent="dept", priority=75, gpu_quota=2.0, created=1.0)
+        .job("in-high", queue="high", gpus=1.0)
+        .job("in-low", queue="low", gpus=2.0)
+        .build()
+    )
+    session = open_session(compile_snapshot(state), config())
+    proportion = next(p for p in session.plugins if isinstance(p, ProportionPlugin))
+    for queue in session.queues.names:
+        for request in (np.zeros(3), np.array([0.0, 0.0, 1.0])):
+            key = proportion.queue_order_key(queue, request)
+            assert key == spelled_out_queue_key(session, queue, request)
+    assert proportion.queue_order_key("high", np.zeros(3)) < proportion.queue_order_key("low", np.zeros(3))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_request_bytes_the_job_queue_hands_queue_order_are_the_requests_own(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+) -> None:
+    """The job queue keeps each request's bytes with it; a stale copy would read another job's
+    cached key."""
+    asked = Session.queue_order_key
+    handed: list[bool] = []
+
+    def checked(self: Session, queue: str, job: np.ndarray, job_bytes: bytes | None = None) -> OrderKey:
+        if job_bytes is not None:
+            handed.append(job_bytes == job.tobytes())
+        return asked(self, queue, job, job_bytes)
+
+    with mock.patch.object(Session, "queue_order_key", checked):
+        cycled(drawn)
+    assert handed and all(handed)
 
 
 def walked_topology(group: SubGroupSet | PodSet) -> bool:
