@@ -379,7 +379,10 @@ class NodeFinder:
         fresh = changed[frontier.cursor :]
         frontier.cursor = len(changed)
         if frontier.scored is not None and len(fresh) < SMALL_CHANGE:
-            answers = self._recalled(task, frontier, sorted(set(fresh)))
+            # One changed row (the pod just placed) is its own sorted set, without building one:
+            # this runs per pod shape per placement.
+            distinct = fresh if len(fresh) == 1 else sorted(set(fresh))
+            answers = self._recalled(task, frontier, distinct)
         else:
             rows = _distinct_sorted(fresh)
             feasible, scores = score_rows(self.session, task, rows)
