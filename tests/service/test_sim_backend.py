@@ -199,7 +199,9 @@ class StuckCycle(SimBackend):
         return super().run_cycle()
 
 
-def test_close_gives_up_on_a_stuck_cycle_after_its_timeout_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+def test_close_gives_up_on_a_stuck_cycle_after_its_timeout_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     entered, release = threading.Event(), threading.Event()
     backend = StuckCycle(entered, release)
     backend.start()
