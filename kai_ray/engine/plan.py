@@ -72,11 +72,21 @@ def task_state(session: Session, task: Task, alike: dict[StateFields, TaskState]
         if type(accepted) is not float or accepted == 0.0:
             alike = None
     if alike is None:
-        return TaskState(status, node, task.groups, accepted)
+        return new_task_state(status, node, task.groups, accepted)
     fields = (status, node, task.groups, accepted)
     state = alike.get(fields)
     if state is None:
-        state = alike[fields] = TaskState(*fields)
+        state = alike[fields] = new_task_state(*fields)
+    return state
+
+
+def new_task_state(
+    status: TaskStatus, node: str | None, groups: tuple[str, ...], accepted: float
+) -> TaskState:
+    """`TaskState(status, node, groups, accepted)`, built as `new_bind` builds a bind: a plan
+    states every pod of the cluster."""
+    state: TaskState = object.__new__(TaskState)
+    state.__dict__.update(status=status, node=node, gpu_groups=groups, accepted_gpus=accepted)
     return state
 
 

@@ -20,6 +20,7 @@ from kai_ray.model.objects import QUEUE_CHARGING, JobSpec, TaskStatus
 from kai_ray.model.snapshot import Snapshot
 
 COLUMNS = 3
+PENDING = TaskStatus.PENDING
 
 
 @dataclass(frozen=True)
@@ -39,23 +40,35 @@ class QueueSums:
 
 
 def queue_sums(snapshot: Snapshot, jobs: list[JobSpec]) -> QueueSums:
+    """Each sum is added to pod by pod in job and task order, as the session books them, so the
+    parts' sums and the whole cluster's agree to the last bit; the columns written out rather
+    than looped over, since this runs for every pod of the cluster on each part's path."""
     names = sorted(snapshot.queues)
     index = {name: row for row, name in enumerate(names)}
     leaf = [[[0.0] * COLUMNS for _ in names] for _ in range(3)]
     allocated, protected, requested = leaf
     minimum, _ = gpu_memory_bounds(snapshot.nodes)
     table = snapshot.nodes
+    rows, memory = table.index, table.gpu_memory.tolist()
     for job in jobs:
         row = index[job.queue]
-        held, guarded, asked = allocated[row], protected[row], requested[row]
+        held, asked = allocated[row], requested[row]
+        guarded = None if job.preemptible else protected[row]
         for task in job.tasks:
-            if task.node is not None and task.status in QUEUE_CHARGING:
-                gpus = task.accepted_gpus(float(table.gpu_memory[table.index[task.node]]))
-                charge = (task.cpu_millis, task.memory, gpus)
-                for sums in (held, asked, *(() if job.preemptible else (guarded,))):
-                    for column, value in enumerate(charge):
-                        sums[column] += value
-            elif task.status == TaskStatus.PENDING:
+            status = task.status
+            if task.node is not None and status in QUEUE_CHARGING:
+                cpu, mem, gpus = task.cpu_millis, task.memory, task.accepted_gpus(memory[rows[task.node]])
+                held[0] += cpu
+                held[1] += mem
+                held[2] += gpus
+                asked[0] += cpu
+                asked[1] += mem
+                asked[2] += gpus
+                if guarded is not None:
+                    guarded[0] += cpu
+                    guarded[1] += mem
+                    guarded[2] += gpus
+            elif status == PENDING:
                 asked[0] += task.cpu_millis
                 asked[1] += task.memory
                 asked[2] += task.accepted_gpus(minimum)

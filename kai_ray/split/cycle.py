@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache, partial
 from typing import Protocol
 
 from kai_ray.api.config import SchedulerConfig
@@ -40,7 +42,7 @@ from kai_ray.split.accept import accept
 from kai_ray.split.checks import SplitOutcome, TaskIndex, answers_outcome, moved_pods
 from kai_ray.split.deal import has_stale_gang
 from kai_ray.split.evictions import evictions_hold
-from kai_ray.split.merge import jobs_by_key, parts_plan
+from kai_ray.split.merge import parts_plan, standing_plan
 from kai_ray.split.part import PartAnswer
 from kai_ray.split.replica import Replica, SplitLayout
 
@@ -58,8 +60,16 @@ class PartRunner(Protocol):
         ...
 
     def answers(
-        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
-    ) -> list[PartAnswer]: ...
+        self,
+        token: int,
+        count: int,
+        config: SchedulerConfig,
+        usage: QueueUsage | None,
+        meanwhile: Callable[[], object] = lambda: None,
+    ) -> list[PartAnswer]:
+        """Every part's answer for version `token`. A runner whose parts work elsewhere calls
+        `meanwhile` once it has asked them, so the coordinator's own groundwork overlaps theirs."""
+        ...
 
     def layout(self, count: int) -> SplitLayout:
         """The layout the parts computed (the driver's own copy)."""
@@ -85,7 +95,12 @@ class LocalParts:
         return self._token
 
     def answers(
-        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+        self,
+        token: int,
+        count: int,
+        config: SchedulerConfig,
+        usage: QueueUsage | None,
+        meanwhile: Callable[[], object] = lambda: None,
     ) -> list[PartAnswer]:
         return [self._replica.answer(token, part, count, config, usage) for part in range(count)]
 
@@ -136,12 +151,13 @@ class SplitCycles:
         started = time.perf_counter()
         timing = SplitTiming()
         token = self.runner.prepare(snapshot)
-        answers = self.runner.answers(token, self.count, config, usage)
+        standing = cache(partial(standing_plan, snapshot))
+        answers = self.runner.answers(token, self.count, config, usage, standing)
         layout = self.runner.layout(self.count)
         timing.parts = time.perf_counter() - started
         timing.part_seconds = [answer.seconds for answer in answers]
         mark = time.perf_counter()
-        jobs = jobs_by_key(snapshot.jobs)
+        jobs = standing().jobs
         tasks = TaskIndex(jobs)
         moved = moved_pods(answers)
         outcome = answers_outcome(layout, answers, tasks, moved)
@@ -160,7 +176,7 @@ class SplitCycles:
         mark = time.perf_counter()
         self.outcomes[outcome] += 1
         if outcome == SplitOutcome.SPLIT:
-            plan = parts_plan(snapshot, answers)
+            plan = parts_plan(snapshot, answers, standing(), tasks)
             timing.merge = time.perf_counter() - mark
         else:
             plan = run_actions(open_session(snapshot, config, usage=usage))
@@ -177,11 +193,13 @@ class SplitCycles:
         if self.count < 2:
             return False
         pending = placed = 0
+        waiting = TaskStatus.PENDING
         for job in snapshot.jobs:
             for task in job.tasks:
-                if task.status == TaskStatus.PENDING:
+                status = task.status
+                if status == waiting:
                     pending += 1
-                elif task.status in OCCUPYING:
+                elif status in OCCUPYING:
                     placed += 1
             if pending and pending + placed >= self.min_pods:
                 break

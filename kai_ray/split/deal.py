@@ -34,6 +34,7 @@ from kai_ray.model.snapshot import Snapshot
 
 CPU_COLUMN, GPU_COLUMN = 0, 1
 RELEASING = frozenset({TaskStatus.RELEASING, TaskStatus.STUCK_IN_RELEASING})
+PENDING = TaskStatus.PENDING
 JOB_WEIGHT = 1.7
 """A job's share of a part's cycle, in pods: measured on `big-5000x40000`, where choosing the next
 job (queue order, gang collection) costs about 1.7 times placing one pod."""
@@ -55,7 +56,10 @@ class ClusterLoad:
 
 
 def cluster_load(snapshot: Snapshot) -> ClusterLoad:
+    """`taken_gpus` written out in the loop: it runs for every pod of the cluster on each part's
+    path."""
     table = snapshot.nodes
+    index = table.index
     rows: list[int] = []
     cpus: list[float] = []
     gpus: list[float] = []
@@ -66,18 +70,20 @@ def cluster_load(snapshot: Snapshot) -> ClusterLoad:
         cpu = gpu = 0.0
         pods = 0
         for task in job.tasks:
-            if task.status == TaskStatus.PENDING:
+            status, asked = task.status, task.gpu
+            taken = asked * task.gpu_devices if 0.0 < asked < 1.0 else asked
+            if status == PENDING:
                 cpu += task.cpu_millis
-                gpu += taken_gpus(task)
+                gpu += taken
                 pods += 1
-            elif task.node is not None and task.status in OCCUPYING:
-                row = table.index[task.node]
+            elif task.node is not None and status in OCCUPYING:
+                row = index[task.node]
                 placed_rows.setdefault(position, []).append(row)
                 rows.append(row)
                 cpus.append(task.cpu_millis)
-                gpus.append(taken_gpus(task))
-                if task.status in RELEASING:
-                    leaving.append((row, gpus[-1]))
+                gpus.append(taken)
+                if status in RELEASING:
+                    leaving.append((row, taken))
         demand.append((cpu, gpu, pods))
     for pod in snapshot.held:
         if pod.task.node is not None:
@@ -200,12 +206,14 @@ def divide(count: int, weights: list[float]) -> list[int]:
 def has_stale_gang(snapshot: Snapshot) -> bool:
     """Whether a job has pods running but fewer than a pod set's minimum (`stale_gang.is_stale`,
     read off the snapshot's pods)."""
+    done = TaskStatus.SUCCEEDED
     for job in snapshot.jobs:
         active: dict[str, int] = {}
         for task in job.tasks:
-            if task.status == TaskStatus.SUCCEEDED:
+            status = task.status
+            if status == done:
                 break
-            if task.status in ACTIVE_USED:
+            if status in ACTIVE_USED:
                 active[task.subgroup] = active.get(task.subgroup, 0) + 1
         else:
             if active and any(

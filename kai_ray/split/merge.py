@@ -3,82 +3,94 @@
 Only then is it used (`cycle`): nothing is left for another action (consolidation, reclaim and
 preempt act for pending jobs, and no stale gang was let into a split cycle), so the plan is the
 accepted placements and evictions and every other pod's unchanged state.
+
+Most pods of a large cluster do not move, and what the plan says of them depends on the snapshot
+alone: `standing_plan` states them while the parts work (`PartRunner.answers` runs it between
+asking the parts and waiting for them), and `parts_plan` only restates the pods the parts moved.
 """
 
 from __future__ import annotations
 
-from kai_ray.engine.plan import Eviction, Plan, StateFields, TaskState, new_bind, problem_reasons
+from dataclasses import dataclass
+from operator import itemgetter
+
+from kai_ray.engine.plan import Eviction, Plan, TaskState, new_bind, new_task_state, problem_reasons
 from kai_ray.engine.reasons import EvictionCause, EvictionReason
-from kai_ray.model.objects import OCCUPYING, JobSpec, TaskSpec, TaskStatus
-from kai_ray.model.snapshot import NodeTable, Snapshot
+from kai_ray.model.objects import OCCUPYING, JobSpec, TaskStatus
+from kai_ray.model.snapshot import Snapshot
+from kai_ray.split.checks import TaskIndex
 from kai_ray.split.part import EvictedPod, PartAnswer, PlacedPod
 
 ACCEPTED_STATUS = {True: TaskStatus.ALLOCATED, False: TaskStatus.PIPELINED}
 
 
-def unmoved_state(task: TaskSpec, table: NodeTable) -> TaskState:
-    """What the plan says of a pod no action moved (as `plan.task_state` for an unmoved task)."""
-    row = table.index.get(task.node) if task.node is not None else None
-    accepted = 0.0
-    if row is not None and task.status in OCCUPYING:
-        accepted = task.accepted_gpus(float(table.gpu_memory[row]))
-    node = task.node if task.status == TaskStatus.PENDING or row is not None else None
-    return TaskState(task.status, node, task.gpu_groups, accepted)
+@dataclass(frozen=True)
+class StandingPlan:
+    """What the coordinator reads of the snapshot whatever the parts answer."""
+
+    jobs: dict[str, JobSpec]
+    tasks: dict[tuple[str, str], TaskState]
+    """Every pod's state if nothing moved (as `plan.task_state` states an unmoved task), in
+    snapshot order: the plan's `tasks` once the moved pods are restated."""
+    order: dict[tuple[str, str], int]
+    """Each pod's place in that order: the plan lists binds and evictions in it."""
 
 
-def parts_plan(snapshot: Snapshot, answers: list[PartAnswer]) -> Plan:
-    """The plan of a split cycle whose parts placed every pending pod: binds and evictions in
-    snapshot job order, as the local plan lists them, and every pod's state."""
-    placed: dict[tuple[str, str], tuple[PlacedPod, bool]] = {}
-    evicted: dict[tuple[str, str], EvictedPod] = {}
-    for answer in answers:
-        for binds, pods in ((True, answer.binds), (False, answer.pipelined)):
-            for pod in pods:
-                placed[(pod[0], pod[1])] = (pod, binds)
-        for gone in answer.evictions:
-            evicted[(gone[0], gone[1])] = gone
-    plan = Plan(problems=list(snapshot.problems))
+def standing_plan(snapshot: Snapshot) -> StandingPlan:
     table = snapshot.nodes
-    reasons: dict[tuple[str, str, str | None], EvictionReason] = {}
-    """One reason per (action, message, preemptor): a reclaim gives thousands of victims one."""
-    alike: dict[StateFields, TaskState] = {}
+    rows, memory = table.index, table.gpu_memory.tolist()
+    states: dict[tuple[str, str], TaskState] = {}
     for job in snapshot.jobs:
         job_key = job.key
         for task in job.tasks:
-            key = (job_key, task.name)
-            found = placed.get(key)
-            victim = evicted.get(key) if evicted else None
-            if found is not None:
-                (_, name, node, groups, gpus, action), binds = found
-                plan.tasks[key] = _shared(alike, (ACCEPTED_STATUS[binds], node, groups, gpus))
-                bind = new_bind(job_key, name, node, groups, gpus, action)
-                (plan.binds if binds else plan.pipelined).append(bind)
-            elif victim is not None:
-                accepted = task.accepted_gpus(float(table.gpu_memory[table.index[victim[2]]]))
-                plan.tasks[key] = _shared(alike, (TaskStatus.RELEASING, victim[2], victim[3], accepted))
-            else:
-                plan.tasks[key] = unmoved_state(task, table)
-            if victim is not None:
-                why = reasons.get(victim[4:])
-                if why is None:
-                    why = reasons[victim[4:]] = EvictionReason(EvictionCause(victim[4]), victim[5], victim[6])
-                plan.evictions.append(Eviction(job_key, task.name, victim[2], why))
+            status, node = task.status, task.node
+            row = rows.get(node) if node is not None else None
+            accepted = 0.0
+            if row is not None and status in OCCUPYING:
+                accepted = task.accepted_gpus(memory[row])
+            elif status != TaskStatus.PENDING and row is None:
+                node = None
+            states[(job_key, task.name)] = new_task_state(status, node, task.gpu_groups, accepted)
+    order = {key: position for position, key in enumerate(states)}
+    return StandingPlan({job.key: job for job in snapshot.jobs}, states, order)
+
+
+def parts_plan(
+    snapshot: Snapshot, answers: list[PartAnswer], standing: StandingPlan, index: TaskIndex
+) -> Plan:
+    """The plan of a split cycle whose parts placed every pending pod: binds and evictions in
+    snapshot order, as the local plan lists them, and every pod's state. It takes `standing`'s
+    states as its own: a standing plan serves one cycle."""
+    order, states = standing.order, standing.tasks
+    table = snapshot.nodes
+    plan = Plan(problems=list(snapshot.problems), tasks=states)
+    evicted: list[tuple[int, EvictedPod]] = []
+    for answer in answers:
+        for gone in answer.evictions:
+            key = (gone[0], gone[1])
+            evicted.append((order[key], gone))
+            task = index.task(*key)
+            assert task is not None, f"{key}: the checks let an eviction of an unknown pod through"
+            accepted = task.accepted_gpus(float(table.gpu_memory[table.index[gone[2]]]))
+            states[key] = new_task_state(TaskStatus.RELEASING, gone[2], gone[3], accepted)
+    placed: list[tuple[int, PlacedPod, bool]] = []
+    for answer in answers:
+        for binds, pods in ((True, answer.binds), (False, answer.pipelined)):
+            for pod in pods:
+                key = (pod[0], pod[1])
+                placed.append((order[key], pod, binds))
+                states[key] = new_task_state(ACCEPTED_STATUS[binds], pod[2], pod[3], pod[4])
+    placed.sort(key=itemgetter(0))
+    for _, (job_key, name, node, groups, gpus, action), binds in placed:
+        (plan.binds if binds else plan.pipelined).append(new_bind(job_key, name, node, groups, gpus, action))
+    evicted.sort(key=itemgetter(0))
+    reasons: dict[tuple[str, str, str | None], EvictionReason] = {}
+    """One reason per (action, message, preemptor): a reclaim gives thousands of victims one."""
+    for _, victim in evicted:
+        why = reasons.get(victim[4:])
+        if why is None:
+            why = reasons[victim[4:]] = EvictionReason(EvictionCause(victim[4]), victim[5], victim[6])
+        plan.evictions.append(Eviction(victim[0], victim[1], victim[2], why))
     for name, waiting in problem_reasons(snapshot.problems).items():
         plan.pending_reasons.setdefault(name, waiting)
     return plan
-
-
-def _shared(alike: dict[StateFields, TaskState], fields: StateFields) -> TaskState:
-    """One frozen state for the pods that stand alike, as the local plan shares them
-    (`plan.task_state`): only where equal fields print alike (a float GPU count, not zero)."""
-    gpus = fields[3]
-    if type(gpus) is not float or gpus == 0.0:
-        return TaskState(*fields)
-    state = alike.get(fields)
-    if state is None:
-        state = alike[fields] = TaskState(*fields)
-    return state
-
-
-def jobs_by_key(jobs: list[JobSpec]) -> dict[str, JobSpec]:
-    return {job.key: job for job in jobs}

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -82,7 +83,12 @@ class RayParts:
         return self._feeds[0].token
 
     def answers(
-        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+        self,
+        token: int,
+        count: int,
+        config: SchedulerConfig,
+        usage: QueueUsage | None,
+        meanwhile: Callable[[], object] = lambda: None,
     ) -> list[PartAnswer]:
         if count != self.count:
             raise ValueError(f"{self.count} part actors cannot answer a cycle of {count} parts")
@@ -92,6 +98,7 @@ class RayParts:
             if self._synced[index]
         }
         self._local.layout(count)
+        meanwhile()
         deadline = time.monotonic() + (self.timeout if self._started else RAY_START_TIMEOUT_SECONDS)
         found: dict[int, PartAnswer] = {}
         for index, ref in refs.items():

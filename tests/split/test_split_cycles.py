@@ -8,6 +8,7 @@ test checks that promise on random clusters; the others pin each way into the lo
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -141,7 +142,12 @@ class SilentParts(LocalParts):
     """Answers every part with nothing placed: a part that lost its work."""
 
     def answers(
-        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+        self,
+        token: int,
+        count: int,
+        config: SchedulerConfig,
+        usage: QueueUsage | None,
+        meanwhile: Callable[[], object] = lambda: None,
     ) -> list[PartAnswer]:
         return [PartAnswer(part, token, [], []) for part in range(count)]
 
@@ -150,9 +156,14 @@ class StrayParts(LocalParts):
     """Swaps the parts' answers: each names the other part's pods and nodes."""
 
     def answers(
-        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+        self,
+        token: int,
+        count: int,
+        config: SchedulerConfig,
+        usage: QueueUsage | None,
+        meanwhile: Callable[[], object] = lambda: None,
     ) -> list[PartAnswer]:
-        found = super().answers(token, count, config, usage)
+        found = super().answers(token, count, config, usage, meanwhile)
         return [PartAnswer(index, token, a.binds, a.pipelined) for index, a in enumerate(reversed(found))]
 
 
@@ -310,9 +321,14 @@ class GreedyParts(LocalParts):
     pod needs."""
 
     def answers(
-        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+        self,
+        token: int,
+        count: int,
+        config: SchedulerConfig,
+        usage: QueueUsage | None,
+        meanwhile: Callable[[], object] = lambda: None,
     ) -> list[PartAnswer]:
-        found = super().answers(token, count, config, usage)
+        found = super().answers(token, count, config, usage, meanwhile)
         part = self.layout(count).deal.parts[0]
         taken = {(pod[0], pod[1]) for pod in found[0].evictions}
         spare = next(
