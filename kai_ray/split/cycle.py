@@ -42,7 +42,7 @@ from kai_ray.split.accept import accept
 from kai_ray.split.checks import SplitOutcome, TaskIndex, answers_outcome, moved_pods
 from kai_ray.split.deal import has_stale_gang
 from kai_ray.split.evictions import evictions_hold
-from kai_ray.split.merge import parts_plan, standing_plan
+from kai_ray.split.merge import StandingPlan, parts_plan, standing_plan
 from kai_ray.split.part import PartAnswer
 from kai_ray.split.replica import Replica, SplitLayout
 
@@ -151,13 +151,13 @@ class SplitCycles:
         started = time.perf_counter()
         timing = SplitTiming()
         token = self.runner.prepare(snapshot)
-        standing = cache(partial(standing_plan, snapshot))
-        answers = self.runner.answers(token, self.count, config, usage, standing)
-        layout = self.runner.layout(self.count)
+        groundwork = cache(partial(self._groundwork, snapshot))
+        answers = self.runner.answers(token, self.count, config, usage, groundwork)
+        layout, standing = groundwork()
         timing.parts = time.perf_counter() - started
         timing.part_seconds = [answer.seconds for answer in answers]
         mark = time.perf_counter()
-        jobs = standing().jobs
+        jobs = standing.jobs
         tasks = TaskIndex(jobs)
         moved = moved_pods(answers)
         outcome = answers_outcome(layout, answers, tasks, moved)
@@ -176,7 +176,7 @@ class SplitCycles:
         mark = time.perf_counter()
         self.outcomes[outcome] += 1
         if outcome == SplitOutcome.SPLIT:
-            plan = parts_plan(snapshot, answers, standing(), tasks)
+            plan = parts_plan(snapshot, answers, standing, tasks)
             timing.merge = time.perf_counter() - mark
         else:
             plan = run_actions(open_session(snapshot, config, usage=usage))
@@ -187,6 +187,11 @@ class SplitCycles:
 
     def close(self) -> None:
         self.runner.close()
+
+    def _groundwork(self, snapshot: Snapshot) -> tuple[SplitLayout, StandingPlan]:
+        """What the coordinator reads of `snapshot` whatever the parts answer: done while they
+        work, where the runner allows (`PartRunner.answers`)."""
+        return self.runner.layout(self.count).with_checks(), standing_plan(snapshot)
 
     def _splits(self, snapshot: Snapshot) -> bool:
         """Whether `snapshot` qualifies (see the module docstring)."""

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -122,13 +123,22 @@ class Part:
     held: list[HeldPod]
     """Pods that hold this part's nodes but are not its jobs' (the snapshot's held pods, and
     pods of jobs dealt to other parts)."""
-    node_names: frozenset[str]
-    """The names of `rows`: what a part's answer may place on."""
-    job_keys: frozenset[str]
-    """The keys of `jobs`: whose pods a part's answer may place."""
     shares: dict[str, frozenset[str]]
     """Divided job's key → the names of the pods this part may place (its other pods are other
     parts' shares)."""
+    table_names: list[str] = field(repr=False, compare=False)
+    """Every node's name, by row of the whole snapshot's table."""
+
+    @cached_property
+    def node_names(self) -> frozenset[str]:
+        """The names of `rows`: what a part's answer may place on. Only the coordinator asks, so
+        a part computing the layout for itself does not build every part's."""
+        return frozenset(self.table_names[row] for row in self.rows.tolist())
+
+    @cached_property
+    def job_keys(self) -> frozenset[str]:
+        """The keys of `jobs`: whose pods a part's answer may place (the coordinator's, as above)."""
+        return frozenset(job.key for job in self.jobs)
 
 
 @dataclass(frozen=True)
@@ -356,9 +366,8 @@ def _parts(
             np.array(sorted(foreign[index]), dtype=np.int64),
             jobs[index],
             held[index],
-            frozenset(table.names[row] for row in partitions[index].tolist()),
-            frozenset(job.key for job in jobs[index]),
             shares[index],
+            table.names,
         )
         for index in range(count)
     ]

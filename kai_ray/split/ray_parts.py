@@ -97,7 +97,6 @@ class RayParts:
             for index, actor in enumerate(self._actors)
             if self._synced[index]
         }
-        self._local.layout(count)
         meanwhile()
         deadline = time.monotonic() + (self.timeout if self._started else RAY_START_TIMEOUT_SECONDS)
         found: dict[int, PartAnswer] = {}

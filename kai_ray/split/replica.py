@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.collector import collection_paused, hold_collection, release_collection
@@ -23,7 +24,7 @@ from kai_ray.model.objects import HeldPod, JobSpec, QueueSpec, TopologySpec
 from kai_ray.model.snapshot import NodeTable, Snapshot
 from kai_ray.server.gc_tuning import freeze_what_lives
 from kai_ray.split.basis import QueueSums, part_basis, queue_sums
-from kai_ray.split.deal import Deal, cluster_load, deal, must_free
+from kai_ray.split.deal import ClusterLoad, Deal, cluster_load, deal, must_free
 from kai_ray.split.part import PartAnswer, run_part
 
 
@@ -32,13 +33,28 @@ class SplitLayout:
     deal: Deal
     opening: QueueSums
     """Every job's queue sums at the start of the cycle (all parts and the kept jobs)."""
-    pending: dict[str, int]
-    """Job key → its pending pods, for every job."""
-    gpus_to_free: float
-    """The GPUs any plan placing every pending pod must take from running pods: what they ask
-    beyond what is free or releasing (`must_free`)."""
     seconds: float
     """How long computing it took: every part computes it, so it is on each part's path."""
+    snapshot: Snapshot = field(repr=False, compare=False)
+    load: ClusterLoad = field(repr=False, compare=False)
+
+    @cached_property
+    def pending(self) -> dict[str, int]:
+        """Job key → its pending pods, for every job. This and `gpus_to_free` are the
+        coordinator's checks: a part computing the layout for itself never asks for them."""
+        return {job.key: demand[2] for job, demand in zip(self.snapshot.jobs, self.load.demand, strict=True)}
+
+    @cached_property
+    def gpus_to_free(self) -> float:
+        """The GPUs any plan placing every pending pod must take from running pods: what they ask
+        beyond what is free or releasing (`must_free`)."""
+        return must_free(self.snapshot, self.load)
+
+    def with_checks(self) -> SplitLayout:
+        """This layout with the coordinator's fields computed, so that its checks read them for
+        free: the coordinator asks for it while the parts work."""
+        _ = self.pending, self.gpus_to_free
+        return self
 
 
 def split_layout(snapshot: Snapshot, count: int, pool_label: str | None) -> SplitLayout:
@@ -47,9 +63,7 @@ def split_layout(snapshot: Snapshot, count: int, pool_label: str | None) -> Spli
     load = cluster_load(snapshot)
     dealt = deal(snapshot, partitions, load)
     opening = queue_sums(snapshot, snapshot.jobs)
-    pending = {job.key: demand[2] for job, demand in zip(snapshot.jobs, load.demand, strict=True)}
-    freeing = must_free(snapshot, load)
-    return SplitLayout(dealt, opening, pending, freeing, time.perf_counter() - started)
+    return SplitLayout(dealt, opening, time.perf_counter() - started, snapshot, load)
 
 
 @dataclass(frozen=True)
