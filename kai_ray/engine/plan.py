@@ -73,10 +73,22 @@ def task_state(session: Session, task: Task, alike: dict[StateFields, TaskState]
             alike = None
     if alike is None:
         return new_task_state(status, node, task.groups, accepted)
-    fields = (status, node, task.groups, accepted)
+    return shared_state(alike, status, node, task.groups, accepted)
+
+
+def shared_state(
+    alike: dict[StateFields, TaskState],
+    status: TaskStatus,
+    node: str | None,
+    groups: tuple[str, ...],
+    accepted: float,
+) -> TaskState:
+    """The state made so far with these fields, else a new one (see `task_state` for when
+    states may be shared: the caller decides)."""
+    fields = (status, node, groups, accepted)
     state = alike.get(fields)
     if state is None:
-        state = alike[fields] = new_task_state(*fields)
+        state = alike[fields] = new_task_state(status, node, groups, accepted)
     return state
 
 

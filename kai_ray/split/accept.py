@@ -31,6 +31,8 @@ def accept(
     """The keys of the jobs, among those with `placed` pods, that are refused."""
     book = QueueBook(snapshot)
     limited = {name: bool((book.limit[chain] != UNLIMITED).any()) for name, chain in book.chains.items()}
+    if not any(limited.values()) and all(job.preemptible for job in jobs.values()):
+        return set()
     allocated = opening.allocated.copy()
     protected = opening.allocated_non_preemptible.copy()
     charges = job_charges(jobs, placed, lambda job: not job.preemptible or limited[job.queue])

@@ -166,7 +166,7 @@ class SplitCycles:
                 pod
                 for answer in answers
                 for pod in (*answer.binds, *answer.pipelined)
-                if (pod[0], pod[1]) not in moved
+                if not moved or (pod[0], pod[1]) not in moved
             ]
             if accept(snapshot, jobs, placed, layout.opening) or not evictions_hold(
                 snapshot, layout, answers, tasks, moved, placed, config

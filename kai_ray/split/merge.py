@@ -14,7 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import itemgetter
 
-from kai_ray.engine.plan import Eviction, Plan, TaskState, new_bind, new_task_state, problem_reasons
+from kai_ray.engine.plan import (
+    Eviction,
+    Plan,
+    StateFields,
+    TaskState,
+    new_bind,
+    new_task_state,
+    problem_reasons,
+    shared_state,
+)
 from kai_ray.engine.reasons import EvictionCause, EvictionReason
 from kai_ray.model.objects import OCCUPYING, JobSpec, TaskStatus
 from kai_ray.model.snapshot import Snapshot
@@ -60,7 +69,8 @@ def parts_plan(
 ) -> Plan:
     """The plan of a split cycle whose parts placed every pending pod: binds and evictions in
     snapshot order, as the local plan lists them, and every pod's state. It takes `standing`'s
-    states as its own: a standing plan serves one cycle."""
+    states as its own: a standing plan serves one cycle. Placed pods that stand alike share a
+    state, as in the local plan (`plan.task_state`), where equal fields print alike."""
     order, states = standing.order, standing.tasks
     table = snapshot.nodes
     plan = Plan(problems=list(snapshot.problems), tasks=states)
@@ -74,12 +84,19 @@ def parts_plan(
             accepted = task.accepted_gpus(float(table.gpu_memory[table.index[gone[2]]]))
             states[key] = new_task_state(TaskStatus.RELEASING, gone[2], gone[3], accepted)
     placed: list[tuple[int, PlacedPod, bool]] = []
+    alike: dict[StateFields, TaskState] = {}
     for answer in answers:
         for binds, pods in ((True, answer.binds), (False, answer.pipelined)):
+            status = ACCEPTED_STATUS[binds]
             for pod in pods:
                 key = (pod[0], pod[1])
                 placed.append((order[key], pod, binds))
-                states[key] = new_task_state(ACCEPTED_STATUS[binds], pod[2], pod[3], pod[4])
+                gpus = pod[4]
+                states[key] = (
+                    shared_state(alike, status, pod[2], pod[3], gpus)
+                    if type(gpus) is float and gpus != 0.0
+                    else new_task_state(status, pod[2], pod[3], gpus)
+                )
     placed.sort(key=itemgetter(0))
     for _, (job_key, name, node, groups, gpus, action), binds in placed:
         (plan.binds if binds else plan.pipelined).append(new_bind(job_key, name, node, groups, gpus, action))
