@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kai_ray.engine.jobs import Job, PodSet, SubGroupSet, Task
 from kai_ray.engine.session import Session
-from kai_ray.model.objects import ACTIVE_ALLOCATED, TaskStatus
+from kai_ray.model.objects import ACTIVE_ALLOCATED, PENDING, PIPELINED, RELEASING
 
 NO_EXTRA: frozenset[int] = frozenset()
 
@@ -84,7 +84,7 @@ def _lone_pod_set(
         status = task.status
         if status in ACTIVE_ALLOCATED:
             allocated += 1
-        elif status == TaskStatus.PENDING or (status == TaskStatus.RELEASING and task.uid in extra):
+        elif status == PENDING or (status == RELEASING and task.uid in extra):
             waiting.append(task)
     if allocated >= pod_set.min_available and node.min_members() > 1:
         return []
@@ -98,11 +98,7 @@ def _member_tasks(
     if isinstance(member, SubGroupSet):
         return _collect(session, member, extra)
     assert have is not None  # counted for every pod set
-    waiting = [
-        t
-        for t in member.tasks
-        if t.status == TaskStatus.PENDING or (t.uid in extra and t.status == TaskStatus.RELEASING)
-    ]
+    waiting = [t for t in member.tasks if t.status == PENDING or (t.uid in extra and t.status == RELEASING)]
     return _first_waiting(session, member, have, waiting)
 
 
@@ -121,9 +117,9 @@ def should_pipeline(job: Job) -> bool:
     """A gang whose minimum relies on a pipelined task must not bind any part yet (§8.4)."""
     for pod_set in job.pod_sets.values():
         # A list, not a generator under `any`: asked after every job the allocate action places.
-        if TaskStatus.PIPELINED not in [t.status for t in pod_set.tasks]:
+        if PIPELINED not in [t.status for t in pod_set.tasks]:
             continue
-        placed_now = pod_set.active_allocated() - pod_set.count(frozenset({TaskStatus.PIPELINED}))
+        placed_now = pod_set.active_allocated() - pod_set.count(frozenset({PIPELINED}))
         if placed_now < pod_set.min_available:
             return True
     return False

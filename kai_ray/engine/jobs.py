@@ -18,6 +18,7 @@ from kai_ray.model.objects import (
     ACTIVE_ALLOCATED,
     ACTIVE_USED,
     ALIVE,
+    PENDING,
     JobSpec,
     SubGroupSetSpec,
     TaskSpec,
@@ -108,7 +109,7 @@ class PodSet:
         return self.alive() >= self.min_available
 
     def pending(self) -> list[Task]:
-        return [t for t in self.tasks if t.status == TaskStatus.PENDING]
+        return [t for t in self.tasks if t.status == PENDING]
 
 
 @dataclass(eq=False, slots=True)
@@ -176,7 +177,7 @@ class Job:
         return self.spec.queue
 
     def pending_tasks(self) -> list[Task]:
-        return [t for t in self.tasks if t.status == TaskStatus.PENDING]
+        return [t for t in self.tasks if t.status == PENDING]
 
     def has_status(self, statuses: frozenset[TaskStatus]) -> bool:
         # Over a list, not a generator: asked of every job the allocate action attempts.

@@ -17,7 +17,7 @@ import numpy as np
 
 from kai_ray.distributed import kernels
 from kai_ray.engine.jobs import Task, task_request
-from kai_ray.model.objects import OCCUPYING, HeldPod, TaskSpec, TaskStatus
+from kai_ray.model.objects import OCCUPYING, PIPELINED, RELEASING, HeldPod, TaskSpec, TaskStatus
 from kai_ray.model.resources import EPSILON, GPU
 from kai_ray.model.snapshot import NodeTable
 
@@ -35,7 +35,7 @@ class GpuGroup:
     @property
     def held_memory(self) -> float:
         """Memory that stays taken once releasing tasks are gone (running and pipelined)."""
-        return self._mem(exclude=frozenset({TaskStatus.RELEASING}))
+        return self._mem(exclude=frozenset({RELEASING}))
 
     @property
     def idle_memory(self) -> float:
@@ -45,7 +45,7 @@ class GpuGroup:
         return self.memory - self._mem()
 
     def _has_active(self) -> bool:
-        return any(s not in (TaskStatus.RELEASING, TaskStatus.PIPELINED) for _, s in self.members.values())
+        return any(s not in (RELEASING, PIPELINED) for _, s in self.members.values())
 
     @property
     def free_memory_after_release(self) -> float:
@@ -53,17 +53,17 @@ class GpuGroup:
 
     @property
     def fully_releasing(self) -> bool:
-        return bool(self.members) and all(s == TaskStatus.RELEASING for _, s in self.members.values())
+        return bool(self.members) and all(s == RELEASING for _, s in self.members.values())
 
     def device_usage(self) -> tuple[float, float]:
         """(idle, releasing) whole-device deltas this group causes on its node."""
         if not self.members:
             return 0.0, 0.0
         statuses = {s for _, s in self.members.values()}
-        if statuses - {TaskStatus.RELEASING, TaskStatus.PIPELINED}:
+        if statuses - {RELEASING, PIPELINED}:
             return -1.0, 0.0
-        if TaskStatus.RELEASING in statuses:
-            return -1.0, 0.0 if TaskStatus.PIPELINED in statuses else 1.0
+        if RELEASING in statuses:
+            return -1.0, 0.0 if PIPELINED in statuses else 1.0
         return 0.0, -1.0
 
 
@@ -107,12 +107,12 @@ class NodeState:
 
         The pod still runs on its old node until it is gone, so, as KAI does, that node offers
         its share to pipelined pods only, never as idle, until a later cycle sees the pod go."""
-        assert task.node is not None and task.status == TaskStatus.RELEASING  # an evicted victim
+        assert task.node is not None and task.status == RELEASING  # an evicted victim
         self.left_behind[task.uid] = task.node
 
     def take_back(self, task: Task) -> bool:
         """A task returns to releasing on the node it left behind: already booked there."""
-        if task.node is None or task.status != TaskStatus.RELEASING:
+        if task.node is None or task.status != RELEASING:
             return False
         if self.left_behind.get(task.uid) != task.node:
             return False
@@ -133,11 +133,11 @@ class NodeState:
         # a row changes in place through its view: the same ufunc as `self.idle[row] -= delta`,
         # without that statement's write of the row back onto itself. This runs for every pod placed.
         delta = request if sign == 1.0 else sign * request
-        if status == TaskStatus.RELEASING:
+        if status == RELEASING:
             releasing, idle = self.releasing[row], self.idle[row]
             releasing += delta
             idle -= delta
-        elif status == TaskStatus.PIPELINED:
+        elif status == PIPELINED:
             releasing = self.releasing[row]
             releasing -= delta
         else:

@@ -29,7 +29,15 @@ from kai_ray.engine.reasons import EvictionReason, PendingReason, main_cause
 from kai_ray.engine.statement import Operation, Placement
 from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.identity_cache import IdentityCache
-from kai_ray.model.objects import QUEUE_CHARGING, TaskSpec, TaskStatus
+from kai_ray.model.objects import (
+    ALLOCATED,
+    PENDING,
+    PIPELINED,
+    QUEUE_CHARGING,
+    RELEASING,
+    TaskSpec,
+    TaskStatus,
+)
 from kai_ray.model.resources import CPU, GPU, MEMORY
 from kai_ray.model.snapshot import NodeTable, Snapshot
 
@@ -158,23 +166,23 @@ class Session:
             # A pending task holds nothing on a node and charges no queue (nothing to remove):
             # what every pod placed moves from.
             moves_away = (
-                task.status == TaskStatus.RELEASING
-                and placement.status == TaskStatus.PIPELINED
+                task.status == RELEASING
+                and placement.status == PIPELINED
                 and placement.node != task.node
                 and task.uid not in self.nodes.left_behind
             )
             self._remove(task, task.node, leave_behind=moves_away)
-        was_pending = task.status == TaskStatus.PENDING
+        was_pending = task.status == PENDING
         task.status, task.node, task.groups = placement.status, placement.node, placement.groups
         self._add(task)
         job = task.job
         self._job_moves[job] = self._job_moves.get(job, 0) + 1
-        pending = self._pending.get(job, 0) - was_pending + (task.status == TaskStatus.PENDING)
+        pending = self._pending.get(job, 0) - was_pending + (task.status == PENDING)
         if pending:
             self._pending[job] = pending
         else:
             self._pending.pop(job, None)
-        if placement.status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED):
+        if placement.status in (ALLOCATED, PIPELINED):
             self.placed_by[task.uid] = self.current_action
 
     def credit_placement(self, task: Task, action: str | None) -> None:
@@ -199,7 +207,7 @@ class Session:
     def _add(self, task: Task) -> None:
         # Only a releasing task can be taken back (`NodeState.take_back`): asked first, as for
         # every pod placed the answer is no.
-        if task.status != TaskStatus.RELEASING or not self.nodes.take_back(task):
+        if task.status != RELEASING or not self.nodes.take_back(task):
             self.nodes.add(task)
         # Queue-charging statuses asked first, without a call: the answer for every pod allocated.
         if task.node is not None and (task.status in QUEUE_CHARGING or self._pipelining_charges(task)):
@@ -229,10 +237,10 @@ class Session:
         """Whether a task in a status that charges no queue by itself (`QUEUE_CHARGING`) charges it
         by being pipelined: pipelining charges the queue in-session; a pod already pipelined in
         the snapshot does not."""
-        if task.status != TaskStatus.PIPELINED or not self._in_session:
+        if task.status != PIPELINED or not self._in_session:
             return False
         spec = task.spec
-        as_in_snapshot = spec.status == TaskStatus.PIPELINED and task.node == self.snapshot.nodes.index.get(
+        as_in_snapshot = spec.status == PIPELINED and task.node == self.snapshot.nodes.index.get(
             spec.node or ""
         )
         return not as_in_snapshot

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from kai_ray.model.objects import TaskStatus
+from kai_ray.model.objects import ALLOCATED, PIPELINED, RELEASING, TaskStatus
 
 if TYPE_CHECKING:
     from kai_ray.engine.jobs import Task
@@ -46,18 +46,18 @@ class Statement:
         self.operations.append(Operation(task, before, after, placed_by))
 
     def allocate(self, task: Task, node: int, groups: tuple[str, ...] = ()) -> None:
-        self._record(task, Placement(TaskStatus.ALLOCATED, node, groups))
+        self._record(task, Placement(ALLOCATED, node, groups))
 
     def pipeline(self, task: Task, node: int, groups: tuple[str, ...] = ()) -> None:
         """Pipelining a task this statement evicted back to exactly where it was un-evicts it."""
-        evicted_here = task.status == TaskStatus.RELEASING and any(op.task is task for op in self.operations)
+        evicted_here = task.status == RELEASING and any(op.task is task for op in self.operations)
         if evicted_here and node == task.node and (not task.is_shared_gpu or groups == task.groups):
             self.restore(task)
             return
-        self._record(task, Placement(TaskStatus.PIPELINED, node, groups))
+        self._record(task, Placement(PIPELINED, node, groups))
 
     def evict(self, task: Task) -> None:
-        self._record(task, Placement(TaskStatus.RELEASING, task.node, task.groups))
+        self._record(task, Placement(RELEASING, task.node, task.groups))
 
     def restore(self, task: Task) -> None:
         """Put a task back where it was when this statement first touched it (un-evict)."""
@@ -82,7 +82,7 @@ class Statement:
     def convert_allocated_to_pipelined(self, tasks: list[Task]) -> None:
         """Gang pipelining (§8.4): nothing of a gang binds while part of it waits."""
         for task in tasks:
-            if task.status == TaskStatus.ALLOCATED and task.node is not None:
+            if task.status == ALLOCATED and task.node is not None:
                 self.pipeline(task, task.node, task.groups)
 
     def commit(self) -> None:
