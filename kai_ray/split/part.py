@@ -32,7 +32,8 @@ PlacedPod = tuple[str, str, str, tuple[str, ...], float, str]
 EvictedPod = tuple[str, str, str, tuple[str, ...], str, str, str | None]
 """(job key, task name, the node it ran on, its GPU groups there, the evicting action, the
 eviction's message, the key of the job it made room for)."""
-PLACED = frozenset({TaskStatus.ALLOCATED, TaskStatus.PIPELINED})
+ALLOCATED, PIPELINED, RELEASING = TaskStatus.ALLOCATED, TaskStatus.PIPELINED, TaskStatus.RELEASING
+PLACED = frozenset({ALLOCATED, PIPELINED})
 """What placing a pod turns it into (the plan's binds and pipelined pods)."""
 PART_ACTIONS = {name: action for name, action in ACTIONS.items() if name != "stalegangeviction"}
 """The actions a part runs: a cycle with a stale gang is not split, so stale gang eviction would
@@ -111,25 +112,28 @@ def _changes(session: Session) -> tuple[list[PlacedPod], list[PlacedPod], list[E
     pipelined: list[PlacedPod] = []
     evictions: list[EvictedPod] = []
     table = session.nodes.table
+    names, memory = table.names, table.gpu_memory.tolist()
+    placed_at_open, placed_by = session.placed_at_open, session.placed_by
     moved = session.moved_jobs()
     for job in session.jobs:
         if job not in moved:
             continue
         key = job.key
         for task in job.tasks:
-            found = session.placed_at_open.get(task.uid)
-            if found is None or task.status == found[0]:
+            found = placed_at_open.get(task.uid)
+            status = task.status
+            if found is None or status == found[0]:
                 continue
-            status, node, (before, before_node) = task.status, task.node, found
+            node, (before, before_node) = task.node, found
             if status in PLACED and node is not None:
-                gpus = task.spec.accepted_gpus(float(table.gpu_memory[node]))
-                action = session.placed_by.get(task.uid, "allocate")
-                pod = (key, task.spec.name, table.names[node], task.groups, gpus, action)
-                (binds if status == TaskStatus.ALLOCATED else pipelined).append(pod)
-            if status == TaskStatus.PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
-                evictions.append(_evicted(session, task, table.names[before_node]))
-            elif status == TaskStatus.RELEASING and node is not None:
-                evictions.append(_evicted(session, task, table.names[node]))
+                gpus = task.spec.accepted_gpus(memory[node])
+                action = placed_by.get(task.uid, "allocate")
+                pod = (key, task.spec.name, names[node], task.groups, gpus, action)
+                (binds if status == ALLOCATED else pipelined).append(pod)
+            if status == PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
+                evictions.append(_evicted(session, task, names[before_node]))
+            elif status == RELEASING and node is not None:
+                evictions.append(_evicted(session, task, names[node]))
     return binds, pipelined, evictions
 
 
