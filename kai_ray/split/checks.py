@@ -92,17 +92,17 @@ def _trusted_placements(
         part = layout.deal.parts[index]
         if answer.part != index or not _same_shares(answers[0].fair_shares, answer.fair_shares):
             return None
-        jobs, shares = part.job_keys, part.shares
+        jobs, shares, nodes = part.job_keys, part.shares, part.node_names
         for pod in (*answer.binds, *answer.pipelined):
-            key = (pod[0], pod[1])
-            share = shares.get(pod[0])
-            if pod[0] not in jobs or pod[2] not in part.node_names or key in seen:
+            job, name = pod[0], pod[1]
+            key = (job, name)
+            if job not in jobs or pod[2] not in nodes or key in seen:
                 return None
-            if share is not None and pod[1] not in share:
+            if shares and name not in shares.get(job, (name,)):
                 return None
             seen.add(key)
-            if key not in moved:
-                placed[pod[0]] = placed.get(pod[0], 0) + 1
+            if not moved or key not in moved:
+                placed[job] = placed.get(job, 0) + 1
         for victim in answer.evictions:
             key = (victim[0], victim[1])
             task = tasks.task(*key)
