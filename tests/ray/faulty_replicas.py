@@ -6,11 +6,13 @@ cannot import this test module.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import sys
 import threading
 
+import ray
 import ray.cloudpickle
 
 from kai_ray.api.config import SchedulerConfig
@@ -100,3 +102,34 @@ class MisaddressedReplica(Replica):
         self, token: int, part: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
     ) -> PartAnswer:
         return super().answer(token, (part + 1) % count, count, config, usage)
+
+
+GATE = "kai-ray-test-split-gate"
+GATE_TIMEOUT_SECONDS = 30.0
+
+
+@ray.remote(num_cpus=0)
+class Gate:
+    """Opened once; every wait returns from then on."""
+
+    def __init__(self) -> None:
+        self._opened = asyncio.Event()
+
+    async def open(self) -> None:
+        self._opened.set()
+
+    async def wait(self) -> bool:
+        await self._opened.wait()
+        return True
+
+
+class GatedReplica(Replica):
+    """Answers only once the `GATE` actor is open. Not a fault: the test opens the gate from the
+    coordinator's groundwork, so a runner that waited for the answers before doing that work
+    would time every part out."""
+
+    def answer(
+        self, token: int, part: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+    ) -> PartAnswer:
+        ray.get(ray.get_actor(GATE).wait.remote(), timeout=GATE_TIMEOUT_SECONDS)
+        return super().answer(token, part, count, config, usage)

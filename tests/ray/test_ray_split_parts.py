@@ -15,10 +15,14 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+import ray
 from builders import cluster, config
 from faulty_replicas import (
+    GATE,
     CrashingReplica,
     DeafReplica,
+    Gate,
+    GatedReplica,
     HangingReplica,
     MisaddressedReplica,
     SyncsOnceReplica,
@@ -36,8 +40,9 @@ from kai_ray.model.objects import QUEUE_CHARGING, ClusterState
 from kai_ray.model.snapshot import Snapshot, SnapshotCompiler, compile_snapshot
 from kai_ray.split.checks import SplitOutcome
 from kai_ray.split.cycle import LocalParts, SplitCycles
+from kai_ray.split.merge import StandingPlan
 from kai_ray.split.ray_parts import RayParts
-from kai_ray.split.replica import Replica
+from kai_ray.split.replica import Replica, SplitLayout
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("local_ray")]
 
@@ -124,6 +129,32 @@ def test_ray_parts_plan_is_the_in_process_parts_plan(ray_split: Make, shape: Sha
     assert fallbacks(split) == 0
     assert placed(plan) == pods(snapshot)
     assert gpus_within_nodes(plan, snapshot)
+
+
+def test_the_coordinator_does_its_groundwork_while_the_parts_work(
+    ray_split: Make, shape: Shape, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parts answer only after a gate the coordinator opens from its groundwork: had the
+    runner waited for their answers first, every part would have timed out and been computed in
+    process (a fault)."""
+    gate = Gate.options(name=GATE).remote()  # type: ignore[attr-defined]
+    try:
+        split, runner = ray_split(2, GatedReplica)
+        groundwork = split._groundwork
+
+        def opening_the_gate(snapshot: Snapshot) -> tuple[SplitLayout, StandingPlan]:
+            ray.get(gate.open.remote(), timeout=TIMEOUT)
+            return groundwork(snapshot)
+
+        monkeypatch.setattr(split, "_groundwork", opening_the_gate)
+        snapshot = compile_snapshot(shape.state)
+        expected = local_parts_facts(snapshot, 2, shape.config)
+        for _ in range(2):
+            assert facts(split.schedule(snapshot, shape.config)) == expected
+        assert not runner.faults
+        assert runner.parts_answered == 4
+    finally:
+        ray.kill(gate)
 
 
 def test_ray_parts_deal_nodes_by_pool_as_the_driver_does(ray_split: Make) -> None:
