@@ -266,10 +266,11 @@ def _deal_pending(
     kept: set[int] = set()
     divided: dict[int, list[list[int]]] = {}
     order = sorted(
-        (p for p in range(len(jobs)) if p not in homes),
-        key=lambda p: (-jobs[p].priority, jobs[p].created, jobs[p].key),
+        (-job.priority, job.created, job.key, position)
+        for position, job in enumerate(jobs)
+        if position not in homes
     )
-    for position in order:
+    for _, _, _, position in order:
         cpu, gpus, pods = load.demand[position]
         column, amount = (GPU_COLUMN, gpus) if gpus > 0 else (CPU_COLUMN, cpu)
         if most_free[column] < amount:
@@ -351,7 +352,8 @@ def _parts(
             continue
         home = homes[position]
         jobs[home].append(job)
-        if any(owners[row] != home for row in placed_rows.get(position, ())):
+        rows = placed_rows.get(position)
+        if rows is not None and any(owners[row] != home for row in rows):
             for task in job.tasks:
                 if task.node is not None and task.status in OCCUPYING:
                     row = table.index[task.node]
