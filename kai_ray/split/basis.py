@@ -16,11 +16,10 @@ import numpy as np
 
 from kai_ray.engine.part_basis import PartBasis
 from kai_ray.engine.session import cluster_fairness_totals, gpu_memory_bounds
-from kai_ray.model.objects import QUEUE_CHARGING, JobSpec, TaskStatus
+from kai_ray.model.objects import PENDING, QUEUE_CHARGING, JobSpec
 from kai_ray.model.snapshot import Snapshot
 
 COLUMNS = 3
-PENDING = TaskStatus.PENDING
 
 
 @dataclass(frozen=True)

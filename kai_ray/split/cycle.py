@@ -36,7 +36,7 @@ from kai_ray.collector import collection_paused
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
 from kai_ray.fairshare.usage import QueueUsage
-from kai_ray.model.objects import OCCUPYING, TaskStatus
+from kai_ray.model.objects import OCCUPYING, PENDING
 from kai_ray.model.snapshot import Snapshot
 from kai_ray.split.accept import accept
 from kai_ray.split.checks import SplitOutcome, TaskIndex, answers_outcome, moved_pods
@@ -198,11 +198,10 @@ class SplitCycles:
         if self.count < 2:
             return False
         pending = placed = 0
-        waiting = TaskStatus.PENDING
         for job in snapshot.jobs:
             for task in job.tasks:
                 status = task.status
-                if status == waiting:
+                if status == PENDING:
                     pending += 1
                 elif status in OCCUPYING:
                     placed += 1

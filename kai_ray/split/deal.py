@@ -30,12 +30,11 @@ from functools import cached_property
 
 import numpy as np
 
-from kai_ray.model.objects import ACTIVE_USED, OCCUPYING, HeldPod, JobSpec, TaskSpec, TaskStatus
+from kai_ray.model.objects import ACTIVE_USED, OCCUPYING, PENDING, HeldPod, JobSpec, TaskSpec, TaskStatus
 from kai_ray.model.snapshot import Snapshot
 
 CPU_COLUMN, GPU_COLUMN = 0, 1
 RELEASING = frozenset({TaskStatus.RELEASING, TaskStatus.STUCK_IN_RELEASING})
-PENDING = TaskStatus.PENDING
 JOB_WEIGHT = 1.7
 """A job's share of a part's cycle, in pods: measured on `big-5000x40000`, where choosing the next
 job (queue order, gang collection) costs about 1.7 times placing one pod."""

@@ -23,7 +23,7 @@ from kai_ray.engine.jobs import Task
 from kai_ray.engine.part_basis import PartBasis
 from kai_ray.engine.session import Session
 from kai_ray.fairshare.usage import QueueUsage
-from kai_ray.model.objects import ACTIVE_ALLOCATED, TaskStatus
+from kai_ray.model.objects import ACTIVE_ALLOCATED, ALLOCATED, PIPELINED, RELEASING
 from kai_ray.model.snapshot import NodeTable, Snapshot
 from kai_ray.split.deal import Part
 
@@ -32,7 +32,6 @@ PlacedPod = tuple[str, str, str, tuple[str, ...], float, str]
 EvictedPod = tuple[str, str, str, tuple[str, ...], str, str, str | None]
 """(job key, task name, the node it ran on, its GPU groups there, the evicting action, the
 eviction's message, the key of the job it made room for)."""
-ALLOCATED, PIPELINED, RELEASING = TaskStatus.ALLOCATED, TaskStatus.PIPELINED, TaskStatus.RELEASING
 PLACED = frozenset({ALLOCATED, PIPELINED})
 """What placing a pod turns it into (the plan's binds and pipelined pods)."""
 PART_ACTIONS = {name: action for name, action in ACTIONS.items() if name != "stalegangeviction"}
