@@ -25,12 +25,12 @@ from kai_ray.engine.plan import (
     shared_state,
 )
 from kai_ray.engine.reasons import EvictionCause, EvictionReason
-from kai_ray.model.objects import OCCUPYING, JobSpec, TaskStatus
+from kai_ray.model.objects import ALLOCATED, OCCUPYING, PENDING, PIPELINED, RELEASING, JobSpec
 from kai_ray.model.snapshot import Snapshot
 from kai_ray.split.checks import TaskIndex
 from kai_ray.split.part import EvictedPod, PartAnswer, PlacedPod
 
-ACCEPTED_STATUS = {True: TaskStatus.ALLOCATED, False: TaskStatus.PIPELINED}
+ACCEPTED_STATUS = {True: ALLOCATED, False: PIPELINED}
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def standing_plan(snapshot: Snapshot) -> StandingPlan:
             accepted = 0.0
             if row is not None and status in OCCUPYING:
                 accepted = task.accepted_gpus(memory[row])
-            elif status != TaskStatus.PENDING and row is None:
+            elif status != PENDING and row is None:
                 node = None
             states[(job_key, task.name)] = new_task_state(status, node, task.gpu_groups, accepted)
     order = {key: position for position, key in enumerate(states)}
@@ -82,7 +82,7 @@ def parts_plan(
             task = index.task(*key)
             assert task is not None, f"{key}: the checks let an eviction of an unknown pod through"
             accepted = task.accepted_gpus(float(table.gpu_memory[table.index[gone[2]]]))
-            states[key] = new_task_state(TaskStatus.RELEASING, gone[2], gone[3], accepted)
+            states[key] = new_task_state(RELEASING, gone[2], gone[3], accepted)
     placed: list[tuple[int, PlacedPod, bool]] = []
     alike: dict[StateFields, TaskState] = {}
     for answer in answers:
