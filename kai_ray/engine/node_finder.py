@@ -404,8 +404,8 @@ class NodeFinder:
             state = (
                 frontier.passes_filters[row],
                 self._allocatable[row],
-                nodes.idle[row].tobytes(),
-                nodes.releasing[row].tobytes(),
+                nodes.idle_rows[row].tobytes(),
+                nodes.releasing_rows[row].tobytes(),
             )
             known = frontier.scored.get(state)
             if known is None:
@@ -432,8 +432,8 @@ class NodeFinder:
             return bool(feasible[0]), float(scores[0])
         nodes = self.session.nodes
         request = task.request.tolist()
-        releasing = nodes.releasing[row].tolist()
-        idle = nodes.idle[row].tolist()
+        releasing = nodes.releasing_rows[row].tolist()
+        idle = nodes.idle_rows[row].tolist()
         states = [idle]
         while len(states) <= LOOK_AHEAD and _holds(request, idle, releasing):
             idle = [free - wanted for free, wanted in zip(idle, request, strict=True)]

@@ -74,6 +74,11 @@ class NodeState:
         self.table = table
         self.idle = table.allocatable.copy()
         self.releasing = np.zeros_like(self.idle)
+        self.idle_rows: list[np.ndarray] = list(self.idle)
+        self.releasing_rows: list[np.ndarray] = list(self.releasing)
+        """Each row of `idle` and `releasing` as a view made once (the arrays change only in
+        place): placing a pod reads or changes a row several times, and indexing the array
+        makes a new view each time."""
         self.groups: list[dict[str, GpuGroup]] = [{} for _ in range(len(table))]
         self._new_group_counter = [0] * len(table)
         # Held pods take negative uids, so they never collide with the session's tasks in a group.
@@ -134,14 +139,14 @@ class NodeState:
         # without that statement's write of the row back onto itself. This runs for every pod placed.
         delta = request if sign == 1.0 else sign * request
         if status == RELEASING:
-            releasing, idle = self.releasing[row], self.idle[row]
+            releasing, idle = self.releasing_rows[row], self.idle_rows[row]
             releasing += delta
             idle -= delta
         elif status == PIPELINED:
-            releasing = self.releasing[row]
+            releasing = self.releasing_rows[row]
             releasing -= delta
         else:
-            idle = self.idle[row]
+            idle = self.idle_rows[row]
             idle -= delta
 
     def _apply_groups(

@@ -57,7 +57,7 @@ def place_task(
         reason = _node_capacity_problem(session, task, task.spec.gpu)
         if reason:
             return reason
-    if not pipeline_only and _starts_now(task.request.tolist(), session.nodes.idle[best].tolist()):
+    if not pipeline_only and _starts_now(task.request.tolist(), session.nodes.idle_rows[best].tolist()):
         statement.allocate(task, best)
     else:
         statement.pipeline(task, best)

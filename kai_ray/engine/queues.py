@@ -35,6 +35,11 @@ class QueueBook:
         self.limit = np.array([_triple(q, "limit") for q in self.specs]).reshape(count, 3)
         self.allocated = np.zeros((count, 3))
         self.allocated_non_preemptible = np.zeros((count, 3))
+        self.allocated_rows: list[np.ndarray] = list(self.allocated)
+        self._protected_rows: list[np.ndarray] = list(self.allocated_non_preemptible)
+        """Each row of `allocated` and `allocated_non_preemptible` as a view made once (the arrays
+        change only in place): every pod placed charges a chain of rows, and queue order reads
+        them, and indexing the array makes a new view each time."""
         self.request = np.zeros((count, 3))
         self.fair_share = np.zeros((count, 3))
         self._allocatable_share = self._compute_allocatable_share()
@@ -56,10 +61,10 @@ class QueueBook:
         delta = vector if sign == 1.0 else sign * vector
         for row in self.chains[queue]:
             self.versions[row] += 1
-            allocated = self.allocated[row]
+            allocated = self.allocated_rows[row]
             allocated += delta
             if non_preemptible:
-                protected = self.allocated_non_preemptible[row]
+                protected = self._protected_rows[row]
                 protected += delta
 
     def add_request(self, queue: str, vector: np.ndarray) -> None:

@@ -249,6 +249,27 @@ def test_request_bytes_the_job_queue_hands_queue_order_are_the_requests_own(
     assert handed and all(handed)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_row_views_made_once_are_still_the_rows_after_a_cycle(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+) -> None:
+    """Node and queue rows are changed through views made when the session opened: each must
+    still be its array's row (sharing its memory) once a whole cycle has changed them."""
+    session = cycled(drawn).session
+    nodes, book = session.nodes, session.queues
+    pairs = [
+        (nodes.idle, nodes.idle_rows),
+        (nodes.releasing, nodes.releasing_rows),
+        (book.allocated, book.allocated_rows),
+        (book.allocated_non_preemptible, book._protected_rows),
+    ]
+    for array, rows in pairs:
+        assert len(rows) == len(array)
+        for row, view in enumerate(rows):
+            assert np.shares_memory(view, array[row]) and view.tobytes() == array[row].tobytes()
+
+
 def walked_topology(group: SubGroupSet | PodSet) -> bool:
     """Whether a (sub)group of the job's own tree names a topology, walked afresh."""
     if group.topology is not None and group.topology.topology:

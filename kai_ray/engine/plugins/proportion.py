@@ -75,7 +75,7 @@ class ProportionPlugin(Plugin):
         # Not `strict`: a keyword makes `zip` build a dict on every call, a sixth of this key's
         # time; the three lists are one entry per fairness resource by construction.
         for used, wanted, (entitled_none, bound, fair, ceiling) in zip(  # noqa: B905
-            book.allocated[row].tolist(), job.tolist(), self._order_terms[row]
+            book.allocated_rows[row].tolist(), job.tolist(), self._order_terms[row]
         ):
             after = used + wanted
             if over_utilized and not fair < used:
