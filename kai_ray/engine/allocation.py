@@ -60,8 +60,12 @@ def allocate_job(
 
 
 def _splits_nodes(session: Session, job: Job) -> bool:
-    """Over a list, not a generator: asked of every job attempt, of one plugin or two."""
-    return any([plugin.splits_nodes(job) for plugin in session.hooked["splits_nodes"]])
+    """A plain loop, not `any` over a generator or a list comprehension (each a call of its own
+    in CPython 3.11): asked of every job attempt, of one plugin or two."""
+    for plugin in session.hooked["splits_nodes"]:  # noqa: SIM110
+        if plugin.splits_nodes(job):
+            return True
+    return False
 
 
 class _GroupWalk:

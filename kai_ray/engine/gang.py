@@ -116,8 +116,12 @@ def _first_waiting(session: Session, pod_set: PodSet, have: int, waiting: list[T
 def should_pipeline(job: Job) -> bool:
     """A gang whose minimum relies on a pipelined task must not bind any part yet (§8.4)."""
     for pod_set in job.pod_sets.values():
-        # A list, not a generator under `any`: asked after every job the allocate action places.
-        if PIPELINED not in [t.status for t in pod_set.tasks]:
+        # A plain loop, not a generator or a list comprehension (each a call of its own in
+        # CPython 3.11): asked after every job the allocate action places.
+        for task in pod_set.tasks:
+            if task.status == PIPELINED:
+                break
+        else:
             continue
         placed_now = pod_set.active_allocated() - pod_set.count(frozenset({PIPELINED}))
         if placed_now < pod_set.min_available:

@@ -32,6 +32,11 @@ if TYPE_CHECKING:
     from kai_ray.engine.plan import TaskState
 
 
+UNGATED_ALIVE = ALIVE - {TaskStatus.GATED}
+"""The statuses `PodSet.alive` counts, one set: every allocate asks it of every pending job's pod
+sets, and a second test per task read the enum's member off its class."""
+
+
 class OrderableJob(Protocol):
     """What job ordering reads: a victim's not-yet-taken remainder is ordered like a job."""
 
@@ -88,9 +93,14 @@ class PodSet:
     topology: TopologyConstraintSpec | None = None
 
     def count(self, statuses: frozenset[TaskStatus]) -> int:
-        # A list, not a generator under `sum`: gang rules count a pod set's few tasks many times
-        # per placement, and the generator's per-item cost was most of it.
-        return len([t for t in self.tasks if t.status in statuses])
+        # A plain loop, not a generator under `sum` nor a list comprehension (a function call of
+        # its own in CPython 3.11): gang rules and job order count a pod set's few tasks many
+        # times per placement.
+        count = 0
+        for task in self.tasks:
+            if task.status in statuses:
+                count += 1
+        return count
 
     def active_allocated(self) -> int:
         return self.count(ACTIVE_ALLOCATED)
@@ -103,7 +113,7 @@ class PodSet:
 
     def alive(self) -> int:
         """Pods that exist and are not gated: what a gang minimum can be met with."""
-        return len([t for t in self.tasks if t.status in ALIVE and t.status != TaskStatus.GATED])
+        return len([t for t in self.tasks if t.status in UNGATED_ALIVE])
 
     def ready(self) -> bool:
         return self.alive() >= self.min_available
@@ -180,8 +190,12 @@ class Job:
         return [t for t in self.tasks if t.status == PENDING]
 
     def has_status(self, statuses: frozenset[TaskStatus]) -> bool:
-        # Over a list, not a generator: asked of every job the allocate action attempts.
-        return any([t.status in statuses for t in self.tasks])
+        # A plain loop, not `any` over a generator or a list comprehension (each a call of its
+        # own in CPython 3.11): asked of every job the allocate action attempts.
+        for task in self.tasks:  # noqa: SIM110
+            if task.status in statuses:
+                return True
+        return False
 
     def is_elastic(self) -> bool:
         return any(p.min_available < len(p.tasks) for p in self.pod_sets.values())
