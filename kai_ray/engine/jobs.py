@@ -113,7 +113,7 @@ class PodSet:
 
     def alive(self) -> int:
         """Pods that exist and are not gated: what a gang minimum can be met with."""
-        return len([t for t in self.tasks if t.status in UNGATED_ALIVE])
+        return self.count(UNGATED_ALIVE)
 
     def ready(self) -> bool:
         return self.alive() >= self.min_available

@@ -196,6 +196,12 @@ class Session:
         """How many times a task of the job moved this session: what it depends on changed."""
         return self._job_moves.get(job, 0)
 
+    def has_pending_tasks(self, job: Job) -> bool:
+        """Whether a task of the job is pending: the count `move_task` keeps (as
+        `jobs_with_pending_tasks` reads it), without a pass over the job's tasks; asked after
+        every job the allocate action places."""
+        return job in self._pending
+
     def jobs_with_pending_tasks(self) -> list[Job]:
         """In session order, as a scan of `jobs` would find them."""
         return sorted(self._pending, key=self._position.__getitem__)

@@ -58,5 +58,5 @@ def allocate(session: Session) -> None:
         statement.commit()
         if not pipelined and not had_allocation:
             job.last_start = session.now
-        if job.pending_tasks():
+        if session.has_pending_tasks(job):
             queue.push(job)
