@@ -11,8 +11,19 @@ from dataclasses import dataclass, field
 from kai_ray.engine.jobs import Task
 from kai_ray.engine.reasons import EvictionReason, PendingCause, PendingReason
 from kai_ray.engine.session import Session
-from kai_ray.model.objects import ACTIVE_ALLOCATED, OCCUPYING, TaskStatus
+from kai_ray.model.objects import (
+    ACTIVE_ALLOCATED,
+    ALLOCATED,
+    OCCUPYING,
+    PENDING,
+    PIPELINED,
+    RELEASING,
+    TaskStatus,
+)
 from kai_ray.model.snapshot import Problem
+
+PLACED = frozenset({ALLOCATED, PIPELINED})
+"""What placing a pod turns it into: a bind or a pipelined pod."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +76,7 @@ def task_state(session: Session, task: Task, alike: dict[StateFields, TaskState]
     fields print alike: a GPU count that is no float, or a zero (0.0 equals -0.0), is not shared."""
     status, row, spec = task.status, task.node, task.spec
     table = session.nodes.table
-    node = spec.node if status == TaskStatus.PENDING else None if row is None else table.names[row]
+    node = spec.node if status == PENDING else None if row is None else table.names[row]
     accepted = 0.0
     if row is not None and status in OCCUPYING:
         accepted = spec.accepted_gpus(float(table.gpu_memory[row]))
@@ -129,15 +140,15 @@ def build_plan(session: Session) -> Plan:
             before, before_node = placed_at_open.get(task.uid, (status, task.node))
             if status == before:
                 continue
-            if status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED) and state.node is not None:
+            if status in PLACED and state.node is not None:
                 action = placed_by.get(task.uid, "allocate")
                 bind = new_bind(key, name, state.node, task.groups, state.accepted_gpus, action)
-                (plan.binds if status == TaskStatus.ALLOCATED else plan.pipelined).append(bind)
-            if status == TaskStatus.PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
+                (plan.binds if status == ALLOCATED else plan.pipelined).append(bind)
+            if status == PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
                 moved_from = session.nodes.table.names[before_node]
                 reason = session.eviction_reasons[task.uid]
                 plan.evictions.append(Eviction(key, name, moved_from, reason))
-            elif status == TaskStatus.RELEASING:
+            elif status == RELEASING:
                 reason = session.eviction_reasons[task.uid]
                 plan.evictions.append(Eviction(key, name, state.node, reason))
         plan.tasks.update(states)

@@ -21,6 +21,7 @@ from kai_ray.api.config import SchedulerConfig
 from kai_ray.engine.cycle import ACTIONS
 from kai_ray.engine.jobs import Task
 from kai_ray.engine.part_basis import PartBasis
+from kai_ray.engine.plan import PLACED
 from kai_ray.engine.session import Session
 from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import ACTIVE_ALLOCATED, ALLOCATED, PIPELINED, RELEASING
@@ -32,8 +33,6 @@ PlacedPod = tuple[str, str, str, tuple[str, ...], float, str]
 EvictedPod = tuple[str, str, str, tuple[str, ...], str, str, str | None]
 """(job key, task name, the node it ran on, its GPU groups there, the evicting action, the
 eviction's message, the key of the job it made room for)."""
-PLACED = frozenset({ALLOCATED, PIPELINED})
-"""What placing a pod turns it into (the plan's binds and pipelined pods)."""
 PART_ACTIONS = {name: action for name, action in ACTIONS.items() if name != "stalegangeviction"}
 """The actions a part runs: a cycle with a stale gang is not split, so stale gang eviction would
 only walk every job to find nothing."""
