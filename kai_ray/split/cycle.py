@@ -48,6 +48,8 @@ from kai_ray.split.replica import Replica, SplitLayout
 
 MIN_PODS = 1000
 """Below this many pods a cycle is not split (see the module docstring)."""
+Meanwhile = Callable[[], object]
+"""The coordinator's own work for a cycle, handed to a runner to do while its parts work."""
 
 
 class PartRunner(Protocol):
@@ -60,12 +62,7 @@ class PartRunner(Protocol):
         ...
 
     def answers(
-        self,
-        token: int,
-        count: int,
-        config: SchedulerConfig,
-        usage: QueueUsage | None,
-        meanwhile: Callable[[], object] = lambda: None,
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
     ) -> list[PartAnswer]:
         """Every part's answer for version `token`. A runner whose parts work elsewhere calls
         `meanwhile` once it has asked them, so the coordinator's own groundwork overlaps theirs."""
@@ -95,12 +92,7 @@ class LocalParts:
         return self._token
 
     def answers(
-        self,
-        token: int,
-        count: int,
-        config: SchedulerConfig,
-        usage: QueueUsage | None,
-        meanwhile: Callable[[], object] = lambda: None,
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
     ) -> list[PartAnswer]:
         return [self._replica.answer(token, part, count, config, usage) for part in range(count)]
 

@@ -13,7 +13,6 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -23,6 +22,7 @@ from kai_ray.distributed.ray_executor import RAY_START_TIMEOUT_SECONDS, join_ray
 from kai_ray.distributed.shard_faults import ShardFault
 from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.snapshot import Snapshot
+from kai_ray.split.cycle import Meanwhile
 from kai_ray.split.part import PartAnswer
 from kai_ray.split.replica import Replica, SnapshotFeed, SplitLayout
 
@@ -83,12 +83,7 @@ class RayParts:
         return self._feeds[0].token
 
     def answers(
-        self,
-        token: int,
-        count: int,
-        config: SchedulerConfig,
-        usage: QueueUsage | None,
-        meanwhile: Callable[[], object] = lambda: None,
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
     ) -> list[PartAnswer]:
         if count != self.count:
             raise ValueError(f"{self.count} part actors cannot answer a cycle of {count} parts")

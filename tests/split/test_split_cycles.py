@@ -8,7 +8,6 @@ test checks that promise on random clusters; the others pin each way into the lo
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -27,7 +26,7 @@ from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import TaskStatus
 from kai_ray.model.snapshot import Snapshot, compile_snapshot
 from kai_ray.split.checks import SplitOutcome
-from kai_ray.split.cycle import LocalParts, SplitCycles
+from kai_ray.split.cycle import LocalParts, Meanwhile, SplitCycles
 from kai_ray.split.deal import cluster_load, deal
 from kai_ray.split.part import PartAnswer
 from kai_ray.split.replica import split_layout
@@ -142,12 +141,7 @@ class SilentParts(LocalParts):
     """Answers every part with nothing placed: a part that lost its work."""
 
     def answers(
-        self,
-        token: int,
-        count: int,
-        config: SchedulerConfig,
-        usage: QueueUsage | None,
-        meanwhile: Callable[[], object] = lambda: None,
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
     ) -> list[PartAnswer]:
         return [PartAnswer(part, token, [], []) for part in range(count)]
 
@@ -156,12 +150,7 @@ class StrayParts(LocalParts):
     """Swaps the parts' answers: each names the other part's pods and nodes."""
 
     def answers(
-        self,
-        token: int,
-        count: int,
-        config: SchedulerConfig,
-        usage: QueueUsage | None,
-        meanwhile: Callable[[], object] = lambda: None,
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
     ) -> list[PartAnswer]:
         found = super().answers(token, count, config, usage, meanwhile)
         return [PartAnswer(index, token, a.binds, a.pipelined) for index, a in enumerate(reversed(found))]
@@ -307,7 +296,7 @@ def test_reclaims_two_parts_make_past_a_fair_share_are_refused_and_the_cycle_is_
         ["r1"],
     ]
     runner = LocalParts()
-    answers = runner.answers(runner.prepare(snapshot), 2, ALL, None)
+    answers = runner.answers(runner.prepare(snapshot), 2, ALL, None, lambda: None)
     assert all(answer.evictions for answer in answers), "each part reclaims for its own job"
     plan, cycles = split_plan(snapshot, 2)
     assert cycles.outcomes == {SplitOutcome.REFUSED: 1}
@@ -321,12 +310,7 @@ class GreedyParts(LocalParts):
     pod needs."""
 
     def answers(
-        self,
-        token: int,
-        count: int,
-        config: SchedulerConfig,
-        usage: QueueUsage | None,
-        meanwhile: Callable[[], object] = lambda: None,
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
     ) -> list[PartAnswer]:
         found = super().answers(token, count, config, usage, meanwhile)
         part = self.layout(count).deal.parts[0]
