@@ -56,8 +56,6 @@ class ClusterLoad:
 
 
 def cluster_load(snapshot: Snapshot) -> ClusterLoad:
-    """`taken_gpus` written out in the loop: it runs for every pod of the cluster on each part's
-    path."""
     table = snapshot.nodes
     index = table.index
     rows: list[int] = []
@@ -70,8 +68,7 @@ def cluster_load(snapshot: Snapshot) -> ClusterLoad:
         cpu = gpu = 0.0
         pods = 0
         for task in job.tasks:
-            status, asked = task.status, task.gpu
-            taken = asked * task.gpu_devices if 0.0 < asked < 1.0 else asked
+            status, taken = task.status, taken_gpus(task)
             if status == PENDING:
                 cpu += task.cpu_millis
                 gpu += taken
