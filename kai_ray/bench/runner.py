@@ -25,7 +25,7 @@ from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import schedule
 from kai_ray.model.snapshot import compile_snapshot
 from kai_ray.server.gc_tuning import freeze_what_lives
-from kai_ray.split.cycle import SplitCycles
+from kai_ray.split.cycle import SplitCycles, SplitTiming
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,9 @@ class BenchResult:
     split_cycles: dict[str, float] | None = None
     """With `--shard-by jobs`: median seconds of the split cycle's steps (`parts`, `accept`,
     `merge`, and `fallback`, the local cycle run when the parts left a pod pending), of the
-    slowest part's own compute, and of the critical path (slowest part, accept, merge: the cycle
-    with a worker per part and nothing moved between processes),
+    slowest part's own compute, of the coordinator taking in the answers as they came in (`taking`,
+    all parts together: `accept` and `merge` are what was left after the last), and of the
+    critical path (`_critical_path`),
     `prepare_s` (bringing the parts' replicas to the snapshot, outside the timed cycle like
     compiling the snapshot), cycles by `SplitOutcome` (`cycles_split`, ...) and part faults."""
 
@@ -232,10 +233,11 @@ class _Cycles:
         }
         faults = getattr(self.split.runner, "faults", {})
         slowest = [max(t.part_seconds, default=0.0) for t in timings] or [0.0]
-        critical = [max(t.part_seconds, default=0.0) + t.accept + t.merge for t in timings] or [0.0]
+        critical = [_critical_path(t) for t in timings] or [0.0]
         return {
             **medians,
             "slowest_part_s": statistics.median(slowest),
+            "taking_s": statistics.median(sum(t.taking) for t in timings) if timings else 0.0,
             "critical_path_s": statistics.median(critical),
             "prepare_s": statistics.median(self.prepares),
             **{
@@ -244,6 +246,13 @@ class _Cycles:
             },
             "faults": float(sum(faults.values())),
         }
+
+
+def _critical_path(timing: SplitTiming) -> float:
+    """The split cycle with a worker per part and nothing moved between processes: the part that
+    is last in once the coordinator took its answer, then what is left after the last answer."""
+    taken = [part + taking for part, taking in zip(timing.part_seconds, timing.taking, strict=True)]
+    return max(taken, default=0.0) + timing.accept + timing.merge
 
 
 def _run_churn_shape(

@@ -63,56 +63,82 @@ def moved_pods(answers: list[PartAnswer]) -> set[tuple[str, str]]:
     return {(pod[0], pod[1]) for answer in answers for pod in answer.pipelined if (pod[0], pod[1]) in evicted}
 
 
-def answers_outcome(
-    layout: SplitLayout, answers: list[PartAnswer], tasks: TaskIndex, moved: set[tuple[str, str]]
-) -> SplitOutcome:
-    """UNTRUSTED, PENDING_LEFT or SPLIT (before the queue rules are applied); `moved` are the
-    answers' `moved_pods`."""
-    placed = _trusted_placements(layout, answers, tasks, moved)
-    if placed is None:
-        return SplitOutcome.UNTRUSTED
-    if any(placed.get(job, 0) > count for job, count in layout.pending.items()) or len(placed) > len(
-        layout.pending
-    ):
-        return SplitOutcome.UNTRUSTED
-    if layout.deal.kept or placed != {job: count for job, count in layout.pending.items() if count}:
-        return SplitOutcome.PENDING_LEFT
-    return SplitOutcome.SPLIT
+class AnswerChecks:
+    """The checks, taken one answer at a time as the answers come in, so that only the last one's
+    share is left once every part has answered. Every check is of sets and sums, so the order the
+    answers come in changes nothing; the fair shares are compared in part order at the end."""
 
+    def __init__(self, layout: SplitLayout, tasks: TaskIndex) -> None:
+        self.layout = layout
+        self.tasks = tasks
+        self.answers: dict[int, PartAnswer] = {}
+        self.seen: set[tuple[str, str]] = set()
+        """Every pod the answers placed (pending pods and re-placed victims)."""
+        self._evicted: set[tuple[str, str]] = set()
+        self._placed: dict[str, int] = {}
+        """Pods placed per job, re-placed victims included until `outcome` takes them out."""
+        self.trusted = True
+        """False once an answer named what its part was not dealt: later answers go unchecked."""
 
-def _trusted_placements(
-    layout: SplitLayout, answers: list[PartAnswer], tasks: TaskIndex, moved: set[tuple[str, str]]
-) -> dict[str, int] | None:
-    """Pending pods placed per job (re-placed victims left out), in the same pass that checks
-    every answer names only what its part was dealt; None when one does not."""
-    seen: set[tuple[str, str]] = set()
-    evicted: set[tuple[str, str]] = set()
-    placed: dict[str, int] = {}
-    for index, answer in enumerate(answers):
-        part = layout.deal.parts[index]
-        if answer.part != index or not _same_shares(answers[0].fair_shares, answer.fair_shares):
-            return None
+    def take(self, answer: PartAnswer) -> bool:
+        """Check `answer`; whether every answer so far is trusted."""
+        if self.trusted:
+            self.trusted = self._trusted(answer)
+        return self.trusted
+
+    def outcome(self, moved: set[tuple[str, str]]) -> SplitOutcome:
+        """UNTRUSTED, PENDING_LEFT or SPLIT (before the queue rules are applied) once every part
+        answered; `moved` are the answers' `moved_pods`."""
+        parts = self.layout.deal.parts
+        if not self.trusted or sorted(self.answers) != list(range(len(parts))):
+            return SplitOutcome.UNTRUSTED
+        first = self.answers[0].fair_shares
+        if not all(_same_shares(first, self.answers[index].fair_shares) for index in range(len(parts))):
+            return SplitOutcome.UNTRUSTED
+        placed = self._placed
+        for job, _ in moved:
+            left = placed[job] - 1
+            if left:
+                placed[job] = left
+            else:
+                del placed[job]
+        pending = self.layout.pending
+        if any(placed.get(job, 0) > count for job, count in pending.items()) or len(placed) > len(pending):
+            return SplitOutcome.UNTRUSTED
+        if self.layout.deal.kept or placed != {job: count for job, count in pending.items() if count}:
+            return SplitOutcome.PENDING_LEFT
+        return SplitOutcome.SPLIT
+
+    def _trusted(self, answer: PartAnswer) -> bool:
+        """Whether `answer` names only what its part was dealt, placing and evicting no pod an
+        earlier answer did, counting its placements per job on the way."""
+        parts = self.layout.deal.parts
+        if not 0 <= answer.part < len(parts) or answer.part in self.answers:
+            return False
+        self.answers[answer.part] = answer
+        part = parts[answer.part]
         jobs, shares, nodes = part.job_keys, part.shares, part.node_names
+        seen, placed = self.seen, self._placed
         for pod in (*answer.binds, *answer.pipelined):
             job, name = pod[0], pod[1]
             key = (job, name)
             if job not in jobs or pod[2] not in nodes or key in seen:
-                return None
+                return False
             if shares and name not in shares.get(job, (name,)):
-                return None
+                return False
             seen.add(key)
-            if not moved or key not in moved:
-                placed[job] = placed.get(job, 0) + 1
+            placed[job] = placed.get(job, 0) + 1
+        evicted = self._evicted
         for victim in answer.evictions:
             key = (victim[0], victim[1])
-            task = tasks.task(*key)
+            task = self.tasks.task(*key)
             if victim[0] not in jobs or key in evicted or task is None:
-                return None
+                return False
             ran = task.status in ACTIVE_ALLOCATED and task.node == victim[2]
             if not ran and task.status != TaskStatus.PENDING:
-                return None
+                return False
             evicted.add(key)
-    return placed
+        return True
 
 
 def _same_shares(first: tuple[float, ...], other: tuple[float, ...]) -> bool:

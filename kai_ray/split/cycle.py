@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache, partial
 from typing import Protocol
@@ -39,10 +39,10 @@ from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import OCCUPYING, PENDING
 from kai_ray.model.snapshot import Snapshot
 from kai_ray.split.accept import accept
-from kai_ray.split.checks import SplitOutcome, TaskIndex, answers_outcome, moved_pods
+from kai_ray.split.checks import AnswerChecks, SplitOutcome, TaskIndex, moved_pods
 from kai_ray.split.deal import has_stale_gang
 from kai_ray.split.evictions import evictions_hold
-from kai_ray.split.merge import StandingPlan, parts_plan, standing_plan
+from kai_ray.split.merge import PartsMerge, StandingPlan, standing_plan
 from kai_ray.split.part import PartAnswer
 from kai_ray.split.replica import Replica, SplitLayout
 
@@ -50,6 +50,7 @@ MIN_PODS = 1000
 """Below this many pods a cycle is not split (see the module docstring)."""
 Meanwhile = Callable[[], object]
 """The coordinator's own work for a cycle, handed to a runner to do while its parts work."""
+Groundwork = tuple[SplitLayout, StandingPlan, AnswerChecks, PartsMerge]
 
 
 class PartRunner(Protocol):
@@ -63,9 +64,11 @@ class PartRunner(Protocol):
 
     def answers(
         self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
-    ) -> list[PartAnswer]:
-        """Every part's answer for version `token`. A runner whose parts work elsewhere calls
-        `meanwhile` once it has asked them, so the coordinator's own groundwork overlaps theirs."""
+    ) -> Iterable[PartAnswer]:
+        """Every part's answer for version `token`, one per part, each as soon as it is in where
+        the parts work elsewhere (the coordinator takes in each while the others still work). A
+        runner whose parts work elsewhere calls `meanwhile` once it has asked them, so the
+        coordinator's own groundwork overlaps theirs."""
         ...
 
     def layout(self, count: int) -> SplitLayout:
@@ -109,7 +112,10 @@ class SplitTiming:
 
     parts: float = 0.0
     part_seconds: list[float] = field(default_factory=list)
-    """Each part's own compute time (`PartAnswer.seconds`)."""
+    """Each part's own compute time (`PartAnswer.seconds`), in the order the answers came in."""
+    taking: list[float] = field(default_factory=list)
+    """The coordinator's time taking in each answer as it came in (its checks and its share of
+    the merge), in the same order; `accept` and `merge` are what is left after the last."""
     accept: float = 0.0
     merge: float = 0.0
     fallback: float = 0.0
@@ -144,15 +150,22 @@ class SplitCycles:
         timing = SplitTiming()
         token = self.runner.prepare(snapshot)
         groundwork = cache(partial(self._groundwork, snapshot))
-        answers = self.runner.answers(token, self.count, config, usage, groundwork)
-        layout, standing = groundwork()
+        answers: list[PartAnswer] = []
+        taking: dict[int, float] = {}
+        for answer in self.runner.answers(token, self.count, config, usage, groundwork):
+            layout, standing, checks, merge = groundwork()
+            mark = time.perf_counter()
+            answers.append(answer)
+            if checks.take(answer):
+                merge.take(answer)
+            taking[answer.part] = time.perf_counter() - mark
+        layout, standing, checks, merge = groundwork()
         timing.parts = time.perf_counter() - started
         timing.part_seconds = [answer.seconds for answer in answers]
+        timing.taking = [taking[answer.part] for answer in answers]
         mark = time.perf_counter()
-        jobs = standing.jobs
-        tasks = TaskIndex(jobs)
         moved = moved_pods(answers)
-        outcome = answers_outcome(layout, answers, tasks, moved)
+        outcome = checks.outcome(moved)
         if outcome == SplitOutcome.SPLIT:
             placed = [
                 pod
@@ -160,15 +173,15 @@ class SplitCycles:
                 for pod in (*answer.binds, *answer.pipelined)
                 if not moved or (pod[0], pod[1]) not in moved
             ]
-            if accept(snapshot, jobs, placed, layout.opening) or not evictions_hold(
-                snapshot, layout, answers, tasks, moved, placed, config
+            if accept(snapshot, standing.jobs, placed, layout.opening) or not evictions_hold(
+                snapshot, layout, answers, checks.tasks, moved, placed, config
             ):
                 outcome = SplitOutcome.REFUSED
         timing.accept = time.perf_counter() - mark
         mark = time.perf_counter()
         self.outcomes[outcome] += 1
         if outcome == SplitOutcome.SPLIT:
-            plan = parts_plan(snapshot, answers, standing, tasks)
+            plan = merge.plan(checks.tasks, checks.seen)
             timing.merge = time.perf_counter() - mark
         else:
             plan = run_actions(open_session(snapshot, config, usage=usage))
@@ -180,10 +193,13 @@ class SplitCycles:
     def close(self) -> None:
         self.runner.close()
 
-    def _groundwork(self, snapshot: Snapshot) -> tuple[SplitLayout, StandingPlan]:
-        """What the coordinator reads of `snapshot` whatever the parts answer: done while they
-        work, where the runner allows (`PartRunner.answers`)."""
-        return self.runner.layout(self.count).with_checks(), standing_plan(snapshot)
+    def _groundwork(self, snapshot: Snapshot) -> Groundwork:
+        """What the coordinator reads of `snapshot` whatever the parts answer, and the checks and
+        merge that take the answers in: done while the parts work, where the runner allows
+        (`PartRunner.answers`), else before the first answer is taken."""
+        layout, standing = self.runner.layout(self.count).with_checks(), standing_plan(snapshot)
+        checks = AnswerChecks(layout, TaskIndex(standing.jobs))
+        return layout, standing, checks, PartsMerge(snapshot, standing)
 
     def _splits(self, snapshot: Snapshot) -> bool:
         """Whether `snapshot` qualifies (see the module docstring)."""

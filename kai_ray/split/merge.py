@@ -6,7 +6,8 @@ accepted placements and evictions and every other pod's unchanged state.
 
 Most pods of a large cluster do not move, and what the plan says of them depends on the snapshot
 alone: `standing_plan` states them while the parts work (`PartRunner.answers` runs it between
-asking the parts and waiting for them), and `parts_plan` only restates the pods the parts moved.
+asking the parts and waiting for them), and `PartsMerge` only restates the pods the parts moved,
+each answer's as it comes in.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from kai_ray.engine.plan import (
+    Bind,
     Eviction,
     Plan,
     StateFields,
@@ -28,7 +30,7 @@ from kai_ray.engine.reasons import EvictionCause, EvictionReason
 from kai_ray.model.objects import ALLOCATED, OCCUPYING, PENDING, PIPELINED, RELEASING, JobSpec
 from kai_ray.model.snapshot import Snapshot
 from kai_ray.split.checks import TaskIndex
-from kai_ray.split.part import EvictedPod, PartAnswer, PlacedPod
+from kai_ray.split.part import EvictedPod, PartAnswer
 
 ACCEPTED_STATUS = {True: ALLOCATED, False: PIPELINED}
 
@@ -64,50 +66,61 @@ def standing_plan(snapshot: Snapshot) -> StandingPlan:
     return StandingPlan({job.key: job for job in snapshot.jobs}, states, order)
 
 
-def parts_plan(
-    snapshot: Snapshot, answers: list[PartAnswer], standing: StandingPlan, index: TaskIndex
-) -> Plan:
+class PartsMerge:
     """The plan of a split cycle whose parts placed every pending pod: binds and evictions in
-    snapshot order, as the local plan lists them, and every pod's state. It takes `standing`'s
-    states as its own: a standing plan serves one cycle. Placed pods that stand alike share a
-    state, as in the local plan (`plan.task_state`), where equal fields print alike."""
-    order, states = standing.order, standing.tasks
-    table = snapshot.nodes
-    plan = Plan(problems=list(snapshot.problems), tasks=states)
-    evicted: list[tuple[int, EvictedPod]] = []
-    for answer in answers:
-        for gone in answer.evictions:
-            key = (gone[0], gone[1])
-            evicted.append((order[key], gone))
-            task = index.task(*key)
-            assert task is not None, f"{key}: the checks let an eviction of an unknown pod through"
-            accepted = task.accepted_gpus(float(table.gpu_memory[table.index[gone[2]]]))
-            states[key] = new_task_state(RELEASING, gone[2], gone[3], accepted)
-    placed: list[tuple[int, PlacedPod, bool]] = []
-    alike: dict[StateFields, TaskState] = {}
-    for answer in answers:
+    snapshot order, as the local plan lists them, and every pod's state. Each answer is taken as
+    it comes in (`take`), so that once every part has answered only the last one's pods and the
+    sorting are left (`plan`); nothing depends on the order the answers come in.
+
+    It takes `standing`'s states as its own: a standing plan serves one cycle. Placed pods that
+    stand alike share a state, as in the local plan (`plan.task_state`), where equal fields print
+    alike."""
+
+    def __init__(self, snapshot: Snapshot, standing: StandingPlan) -> None:
+        self.snapshot = snapshot
+        self.standing = standing
+        self._placed: list[tuple[int, Bind, bool]] = []
+        self._evicted: list[tuple[int, EvictedPod]] = []
+        self._alike: dict[StateFields, TaskState] = {}
+
+    def take(self, answer: PartAnswer) -> None:
+        order, states, alike = self.standing.order, self.standing.tasks, self._alike
+        placed = self._placed
         for binds, pods in ((True, answer.binds), (False, answer.pipelined)):
             status = ACCEPTED_STATUS[binds]
-            for pod in pods:
-                key = (pod[0], pod[1])
-                placed.append((order[key], pod, binds))
-                gpus = pod[4]
+            for job_key, name, node, groups, gpus, action in pods:
+                key = (job_key, name)
+                placed.append((order[key], new_bind(job_key, name, node, groups, gpus, action), binds))
                 states[key] = (
-                    shared_state(alike, status, pod[2], pod[3], gpus)
+                    shared_state(alike, status, node, groups, gpus)
                     if type(gpus) is float and gpus != 0.0
-                    else new_task_state(status, pod[2], pod[3], gpus)
+                    else new_task_state(status, node, groups, gpus)
                 )
-    placed.sort(key=itemgetter(0))
-    for _, (job_key, name, node, groups, gpus, action), binds in placed:
-        (plan.binds if binds else plan.pipelined).append(new_bind(job_key, name, node, groups, gpus, action))
-    evicted.sort(key=itemgetter(0))
-    reasons: dict[tuple[str, str, str | None], EvictionReason] = {}
-    """One reason per (action, message, preemptor): a reclaim gives thousands of victims one."""
-    for _, victim in evicted:
-        why = reasons.get(victim[4:])
-        if why is None:
-            why = reasons[victim[4:]] = EvictionReason(EvictionCause(victim[4]), victim[5], victim[6])
-        plan.evictions.append(Eviction(victim[0], victim[1], victim[2], why))
-    for name, waiting in problem_reasons(snapshot.problems).items():
-        plan.pending_reasons.setdefault(name, waiting)
-    return plan
+        self._evicted.extend((order[(gone[0], gone[1])], gone) for gone in answer.evictions)
+
+    def plan(self, index: TaskIndex, placed_pods: set[tuple[str, str]]) -> Plan:
+        """The plan from every answer taken; `placed_pods` are the pods the answers placed (a
+        victim placed again keeps the state of its new place)."""
+        snapshot, states = self.snapshot, self.standing.tasks
+        table = snapshot.nodes
+        plan = Plan(problems=list(snapshot.problems), tasks=states)
+        self._placed.sort(key=itemgetter(0))
+        for _, bind, binds in self._placed:
+            (plan.binds if binds else plan.pipelined).append(bind)
+        self._evicted.sort(key=itemgetter(0))
+        reasons: dict[tuple[str, str, str | None], EvictionReason] = {}
+        """One reason per (action, message, preemptor): a reclaim gives thousands of victims one."""
+        for _, victim in self._evicted:
+            key = (victim[0], victim[1])
+            if key not in placed_pods:
+                task = index.task(*key)
+                assert task is not None, f"{key}: the checks let an eviction of an unknown pod through"
+                accepted = task.accepted_gpus(float(table.gpu_memory[table.index[victim[2]]]))
+                states[key] = new_task_state(RELEASING, victim[2], victim[3], accepted)
+            why = reasons.get(victim[4:])
+            if why is None:
+                why = reasons[victim[4:]] = EvictionReason(EvictionCause(victim[4]), victim[5], victim[6])
+            plan.evictions.append(Eviction(victim[0], victim[1], victim[2], why))
+        for name, waiting in problem_reasons(snapshot.problems).items():
+            plan.pending_reasons.setdefault(name, waiting)
+        return plan

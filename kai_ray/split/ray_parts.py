@@ -13,6 +13,7 @@ import collections
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -84,35 +85,47 @@ class RayParts:
 
     def answers(
         self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
-    ) -> list[PartAnswer]:
+    ) -> Iterator[PartAnswer]:
+        """Each actor's answer as it comes in (`ray.wait`), then every part that faulted computed
+        in-process, in part order."""
         if count != self.count:
             raise ValueError(f"{self.count} part actors cannot answer a cycle of {count} parts")
-        refs = {
-            index: actor.answer.remote(self._tokens[index], index, count, config, usage)
+        waiting = {
+            actor.answer.remote(self._tokens[index], index, count, config, usage): index
             for index, actor in enumerate(self._actors)
             if self._synced[index]
         }
         meanwhile()
         deadline = time.monotonic() + (self.timeout if self._started else RAY_START_TIMEOUT_SECONDS)
-        found: dict[int, PartAnswer] = {}
-        for index, ref in refs.items():
-            try:
-                answer: PartAnswer = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
-            except ray.exceptions.RayError as error:
-                self._fault(index, _fault_of(error), error)
-                continue
-            if answer.token != self._feeds[index].token:
-                self._fault(index, ShardFault.STALE, None)
-                continue
-            found[index] = answer
+        answered: set[int] = set()
+        while waiting:
+            ready, _ = ray.wait(list(waiting), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            index = waiting.pop(ready[0])
+            answer = self._answer_of(index, ready[0], deadline)
+            if answer is not None:
+                answered.add(index)
+                self.parts_answered += 1
+                yield answer
+        for index in waiting.values():
+            self._fault(index, ShardFault.TIMEOUT, None)
         self._started = True
-        self.parts_answered += len(found)
-        return [
-            found[index]
-            if index in found
-            else self._local.answer(self._local.token, index, count, config, usage)
-            for index in range(count)
-        ]
+        for index in range(count):
+            if index not in answered:
+                yield self._local.answer(self._local.token, index, count, config, usage)
+
+    def _answer_of(self, index: int, ref: Any, deadline: float) -> PartAnswer | None:
+        """The answer `ref` holds, or None (a fault, counted) when it holds none from this version."""
+        try:
+            answer: PartAnswer = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+        except ray.exceptions.RayError as error:
+            self._fault(index, _fault_of(error), error)
+            return None
+        if answer.token != self._feeds[index].token:
+            self._fault(index, ShardFault.STALE, None)
+            return None
+        return answer
 
     def layout(self, count: int) -> SplitLayout:
         return self._local.layout(count)

@@ -95,13 +95,15 @@ class SyncsOnceReplica(Replica):
 
 
 class MisaddressedReplica(Replica):
-    """Answers, with the right version, the next part's cycle instead of its own: every check of
-    versions passes, only the parts' answers together show it."""
+    """Part 0's actor answers, with the right version, part 1's cycle instead of its own: every
+    check of versions passes, only the parts' answers together show it (part 1 answered twice,
+    part 0 never). Answers that only swap the parts around are each whole for the part they name,
+    and are taken as theirs."""
 
     def answer(
         self, token: int, part: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
     ) -> PartAnswer:
-        return super().answer(token, (part + 1) % count, count, config, usage)
+        return super().answer(token, 1 if part == 0 else part, count, config, usage)
 
 
 GATE = "kai-ray-test-split-gate"
@@ -132,4 +134,17 @@ class GatedReplica(Replica):
         self, token: int, part: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
     ) -> PartAnswer:
         ray.get(ray.get_actor(GATE).wait.remote(), timeout=GATE_TIMEOUT_SECONDS)
+        return super().answer(token, part, count, config, usage)
+
+
+class LaterPartsGatedReplica(GatedReplica):
+    """Part 0 answers at once, the others once the `GATE` actor is open: the test opens it when
+    the coordinator has taken part 0's answer in, so a runner that held the answers back until
+    every part had answered would time the later parts out."""
+
+    def answer(
+        self, token: int, part: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
+    ) -> PartAnswer:
+        if part == 0:
+            return Replica.answer(self, token, part, count, config, usage)
         return super().answer(token, part, count, config, usage)

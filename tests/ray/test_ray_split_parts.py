@@ -24,6 +24,7 @@ from faulty_replicas import (
     Gate,
     GatedReplica,
     HangingReplica,
+    LaterPartsGatedReplica,
     MisaddressedReplica,
     SyncsOnceReplica,
     WrongTokenReplica,
@@ -36,13 +37,14 @@ from kai_ray.bench.shapes import Shape, build_shape, gpu_job
 from kai_ray.distributed.shard_faults import ShardFault
 from kai_ray.engine.cycle import open_session, run_actions, schedule
 from kai_ray.engine.plan import Plan
+from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import QUEUE_CHARGING, ClusterState
 from kai_ray.model.snapshot import Snapshot, SnapshotCompiler, compile_snapshot
 from kai_ray.split.checks import SplitOutcome
-from kai_ray.split.cycle import LocalParts, SplitCycles
-from kai_ray.split.merge import StandingPlan
+from kai_ray.split.cycle import Groundwork, LocalParts, Meanwhile, SplitCycles
+from kai_ray.split.part import PartAnswer
 from kai_ray.split.ray_parts import RayParts
-from kai_ray.split.replica import Replica, SplitLayout
+from kai_ray.split.replica import Replica
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("local_ray")]
 
@@ -142,7 +144,7 @@ def test_the_coordinator_does_its_groundwork_while_the_parts_work(
         split, runner = ray_split(2, GatedReplica)
         groundwork = split._groundwork
 
-        def opening_the_gate(snapshot: Snapshot) -> tuple[SplitLayout, StandingPlan]:
+        def opening_the_gate(snapshot: Snapshot) -> Groundwork:
             ray.get(gate.open.remote(), timeout=TIMEOUT)
             return groundwork(snapshot)
 
@@ -154,6 +156,37 @@ def test_the_coordinator_does_its_groundwork_while_the_parts_work(
         assert not runner.faults
         assert runner.parts_answered == 4
     finally:
+        ray.kill(gate)
+
+
+class OpeningTheGateOnTheFirstAnswer(RayParts):
+    """Opens the `GATE` actor once the coordinator asks for the answer after the first, that is,
+    once it has taken the first in."""
+
+    def answers(
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
+    ) -> Iterator[PartAnswer]:
+        for taken, answer in enumerate(super().answers(token, count, config, usage, meanwhile)):
+            yield answer
+            if taken == 0:
+                ray.get(ray.get_actor(GATE).open.remote(), timeout=TIMEOUT)
+
+
+def test_the_coordinator_takes_each_answer_in_while_the_later_parts_work(shape: Shape) -> None:
+    """Part 1 answers only once the coordinator has taken part 0's answer in: a runner that held
+    the answers back until every part had answered would time part 1 out (a fault)."""
+    ship_by_value()
+    gate = Gate.options(name=GATE).remote()  # type: ignore[attr-defined]
+    runner = OpeningTheGateOnTheFirstAnswer(2, replica_class=LaterPartsGatedReplica, timeout=TIMEOUT)
+    split = SplitCycles(2, runner, min_pods=0)
+    try:
+        snapshot = compile_snapshot(shape.state)
+        assert facts(split.schedule(snapshot, shape.config)) == local_parts_facts(snapshot, 2, shape.config)
+        assert not runner.faults
+        assert runner.parts_answered == 2
+        assert [answer_seconds > 0 for answer_seconds in split.timings[-1].taking] == [True, True]
+    finally:
+        split.close()
         ray.kill(gate)
 
 

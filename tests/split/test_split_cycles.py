@@ -156,6 +156,26 @@ class StrayParts(LocalParts):
         return [PartAnswer(index, token, a.binds, a.pipelined) for index, a in enumerate(reversed(found))]
 
 
+class LastFirstParts(LocalParts):
+    """Answers the parts in reverse order, as parts working elsewhere may come in."""
+
+    def answers(
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
+    ) -> list[PartAnswer]:
+        return list(reversed(super().answers(token, count, config, usage, meanwhile)))
+
+
+@pytest.mark.parametrize("shape", ["roomy", "kai-reclaim-large-16"])
+def test_the_order_answers_come_in_does_not_change_the_plan(shape: str) -> None:
+    """Placements, and (in the reclaim) evictions and victims placed again, from either order."""
+    snapshot = roomy_cluster() if shape == "roomy" else compile_snapshot(build_shape(shape).state)
+    in_order, cycles = split_plan(snapshot, 2)
+    last_first, reversed_cycles = split_plan(snapshot, 2, LastFirstParts())
+    assert cycles.outcomes == reversed_cycles.outcomes == {SplitOutcome.SPLIT: 1}
+    assert facts(last_first) == facts(in_order)
+    assert in_order.binds if shape == "roomy" else in_order.pipelined and in_order.evictions
+
+
 def test_parts_that_answer_nothing_or_about_others_leave_the_plan_local() -> None:
     snapshot = roomy_cluster()
     local = schedule(snapshot, ALL)
