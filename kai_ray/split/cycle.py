@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache, partial
+from operator import attrgetter
 from typing import Protocol
 
 from kai_ray.api.config import SchedulerConfig
@@ -164,6 +165,9 @@ class SplitCycles:
         timing.part_seconds = [answer.seconds for answer in answers]
         timing.taking = [taking[answer.part] for answer in answers]
         mark = time.perf_counter()
+        # From here in part order, as the in-process runner gives them: the judgement of the
+        # evictions reads the first part's fair shares, and the queue sums add in this order.
+        answers.sort(key=attrgetter("part"))
         moved = moved_pods(answers)
         outcome = checks.outcome(moved)
         if outcome == SplitOutcome.SPLIT:
