@@ -5,12 +5,13 @@ the top-level queues down, choosing at each level the child whose best job
 goes first by queue order, re-evaluated on every pop because each
 allocation changes the queues' accounting.
 
-A parent queue's choice is remembered until its subtree changes: a queue's
-order key reads only its own accounting (`QueueBook.versions` counts every
-charge to it, and a charge to a leaf bumps every ancestor too), its best job's
-request (fixed until that job is pushed again) and tie-breaks fixed for the
-session; so a choice made under the same version of the parent and the same
-pushes and pops below it is the choice a fresh walk makes.
+Each queue's best job and its order key are remembered until its subtree
+changes: a queue's order key reads only its own accounting (`QueueBook.versions`
+counts every charge to it, and a charge to a leaf bumps every ancestor too), its
+best job's request (fixed until that job is pushed again) and tie-breaks fixed
+for the session; so a choice made under the same version of the queue and the
+same pushes and pops below it is the choice a fresh walk makes, and its key the
+key a fresh walk computes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ Request = tuple[np.ndarray, bytes]
 """A job's request and its bytes (what the session's queue order cache keys it by)."""
 Best = tuple[str, Job, Request]
 """The leaf queue, its best job and that job's request."""
+Entry = tuple[Best, OrderKey]
+"""A queue's best job below it and the queue's order key with that job's request."""
 
 
 class JobQueue:
@@ -41,10 +44,12 @@ class JobQueue:
         self._next_request: dict[Job, Request] = {}
         self._heaps: dict[str, list[HeapEntry]] = {}
         self._sequence = itertools.count()
-        self._stamps: dict[str, int] = {}
+        self._stamps: dict[str, int] = dict.fromkeys(session.queues.names, 0)
         """Queue → pushes and pops so far in its subtree."""
-        self._choices: dict[str, tuple[tuple[int, int], Best | None]] = {}
-        """Parent queue → (its version and stamp then, the best below it then)."""
+        self._known: dict[str, tuple[int, Entry | None]] = {}
+        """Queue → (its version plus its stamp then, its entry then): see `_entry`."""
+        self._rows = session.queues.index
+        """Queue → its row in the session's `QueueBook` (fixed for the session)."""
         self._top_level = session.queues.top_level()
         """Listed once: queues do not change within a session, and every pop starts here."""
         self._children = {queue: kids for queue, kids in session.queues.children.items() if kids}
@@ -67,8 +72,7 @@ class JobQueue:
         book = self.session.queues
         for leaf, count in counts.items():
             for row in book.chains[leaf]:
-                name = book.names[row]
-                self._stamps[name] = self._stamps.get(name, 0) + count
+                self._stamps[book.names[row]] += count
 
     def push(self, job: Job) -> None:
         self._next_request.pop(job, None)
@@ -88,28 +92,32 @@ class JobQueue:
     def _stamp(self, leaf: str) -> None:
         book = self.session.queues
         for row in book.chains[leaf]:
-            name = book.names[row]
-            self._stamps[name] = self._stamps.get(name, 0) + 1
+            self._stamps[book.names[row]] += 1
 
     def __bool__(self) -> bool:
         return any(self._heaps.values())
 
-    def _best_in(self, queue: str) -> Best | None:
+    def _entry(self, queue: str) -> Entry | None:
+        """The queue's best job below it and its order key, remembered while neither the queue's
+        version nor its stamp changes (see the module's docstring). Both counts only grow, so
+        their sum changes whenever either does: one comparison per queue asked (a pop asks two
+        queues per level, and one of each pair is the queue the last placement left alone)."""
+        count = self.session.queues.versions[self._rows[queue]] + self._stamps[queue]
+        known = self._known.get(queue)
+        if known is not None and known[0] == count:
+            return known[1]
         children = self._children.get(queue)
         if children is None:
             heap = self._heaps.get(queue)
-            if not heap:
-                return None
-            job = heap[0][2]
-            return queue, job, self._request_of(job)
-        book = self.session.queues
-        stamp = (book.versions[book.index[queue]], self._stamps.get(queue, 0))
-        known = self._choices.get(queue)
-        if known is not None and known[0] == stamp:
-            return known[1]
-        best = self._best_among(children)
-        self._choices[queue] = (stamp, best)
-        return best
+            best = (queue, heap[0][2], self._request_of(heap[0][2])) if heap else None
+        else:
+            best = self._best_among(children)
+        entry = None
+        if best is not None:
+            vector, vector_bytes = best[2]
+            entry = (best, self.session.queue_order_key(queue, vector, vector_bytes))
+        self._known[queue] = (count, entry)
+        return entry
 
     def _request_of(self, job: Job) -> Request:
         """What the job's next attempt would take; only changes when the job itself is placed.
@@ -127,11 +135,10 @@ class JobQueue:
         best_key: OrderKey = ()
         session = self.session
         for queue in queues:
-            candidate = self._best_in(queue)
-            if candidate is None:
+            entry = self._entry(queue)
+            if entry is None:
                 continue
-            vector, vector_bytes = candidate[2]
-            key = session.queue_order_key(queue, vector, vector_bytes)
+            candidate, key = entry
             if (
                 best is None
                 or key < best_key

@@ -21,7 +21,7 @@ from random_clusters import JobDraw, QueueDraw, full_cycle, running_cluster, sce
 
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
 from kai_ray.engine.cycle import open_session
-from kai_ray.engine.job_queue import Best, JobQueue
+from kai_ray.engine.job_queue import Entry, JobQueue
 from kai_ray.engine.jobs import Job, PodSet, SubGroupSet
 from kai_ray.engine.node_finder import shape_key, shape_of
 from kai_ray.engine.plan import Bind, new_bind
@@ -45,11 +45,11 @@ JOB_QUEUE_USERS = (
 
 
 class FreshWalkQueue(JobQueue):
-    """Walks the whole queue tree on every pop, remembering no parent's choice."""
+    """Walks the whole queue tree on every pop, remembering no queue's choice nor its key."""
 
-    def _best_in(self, queue: str) -> Best | None:
-        self._choices.clear()
-        return super()._best_in(queue)
+    def _entry(self, queue: str) -> Entry | None:
+        self._known.clear()
+        return super()._entry(queue)
 
 
 class OneByOneQueue(JobQueue):
@@ -139,11 +139,11 @@ def test_a_remembered_choice_is_dropped_when_a_charge_alone_changes_the_subtree(
     )
     session = open_session(compile_snapshot(state), config())
     queue = JobQueue(session, list(session.jobs))
-    first = queue._best_in("dept")
-    assert first is not None and first[0] == "b"  # equal queues: the older one
+    first = queue._entry("dept")
+    assert first is not None and first[0][0] == "b"  # equal queues: the older one
     session.queues.charge("b", np.array([0.0, 0.0, 3.0]), non_preemptible=False)
-    again = queue._best_in("dept")
-    assert again is not None and again[0] == "c"
+    again = queue._entry("dept")
+    assert again is not None and again[0][0] == "c"
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
