@@ -14,6 +14,9 @@ from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.model.objects import UNLIMITED
 from kai_ray.model.resources import EPSILON, FAIRNESS_RESOURCES
 
+RESOURCE_INDICES = tuple(range(len(FAIRNESS_RESOURCES)))
+"""Positions of the fairness resources in queue vectors (cpu, memory, gpu)."""
+
 ZERO_SHARE_PENALTY = 1000.0
 """A dominant share's term is what a queue uses of what it may take; where it may take none, the
 use itself, heavily penalised."""
@@ -72,19 +75,22 @@ class ProportionPlugin(Plugin):
         over_utilized, starved, zero_share_used = True, True, False
         with_job: float | None = None
         allocated: float | None = None
-        # Not `strict`: a keyword makes `zip` build a dict on every call, a sixth of this key's
-        # time; the three lists are one entry per fairness resource by construction.
-        for used, wanted, (entitled_none, bound, fair, ceiling) in zip(  # noqa: B905
-            book.allocated_rows[row].tolist(), job.tolist(), self._order_terms[row]
-        ):
-            after = used + wanted
+        used_row, wanted_row = book.allocated_rows[row].tolist(), job.tolist()
+        row_terms = self._order_terms[row]
+        # By index over a constant tuple, not over a `zip` of the three lists: building the zip
+        # and unpacking its nested tuples cost about as much as the arithmetic. Comparisons with
+        # float literals: a float compared with an int takes the interpreter's slow path.
+        for resource in RESOURCE_INDICES:
+            used = used_row[resource]
+            after = used + wanted_row[resource]
+            entitled_none, bound, fair, ceiling = row_terms[resource]
             if over_utilized and not fair < used:
                 over_utilized = False
             if starved and ceiling is not None and not after <= ceiling:
                 starved = False
-            if entitled_none and after > 0:
+            if entitled_none and after > 0.0:
                 zero_share_used = True
-            if bound == 0:
+            if bound == 0.0:
                 with_job_term, allocated_term = after * ZERO_SHARE_PENALTY, used * ZERO_SHARE_PENALTY
             else:
                 with_job_term, allocated_term = after / bound, used / bound
