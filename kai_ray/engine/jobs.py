@@ -201,7 +201,12 @@ class Job:
         return any(p.min_available < len(p.tasks) for p in self.pod_sets.values())
 
     def elastic_rank(self) -> int:
-        return elastic_rank([(p.active_allocated(), p.min_available) for p in self.pod_sets.values()])
+        # A plain loop, not a list comprehension (a call of its own in CPython 3.11): job order
+        # asks it of every pending job each action.
+        counts = []
+        for pod_set in self.pod_sets.values():
+            counts.append((pod_set.active_allocated(), pod_set.min_available))
+        return elastic_rank(counts)
 
     def ready(self) -> bool:
         return self.root.ready()

@@ -79,6 +79,9 @@ class NodeState:
         """Each row of `idle` and `releasing` as a view made once (the arrays change only in
         place): placing a pod reads or changes a row several times, and indexing the array
         makes a new view each time."""
+        self.gpu_memory: list[float] = table.gpu_memory.tolist()
+        """Each row's GPU memory as a plain float (the table's, converted once): a plan reads it
+        for every placed pod, and indexing the array makes a numpy scalar each time."""
         self.groups: list[dict[str, GpuGroup]] = [{} for _ in range(len(table))]
         self._new_group_counter = [0] * len(table)
         # Held pods take negative uids, so they never collide with the session's tasks in a group.

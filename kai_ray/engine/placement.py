@@ -19,7 +19,7 @@ from kai_ray.engine.node_finder import score_rows
 from kai_ray.engine.nodes import GpuGroup
 from kai_ray.engine.session import Session
 from kai_ray.engine.statement import Statement
-from kai_ray.model.resources import EPSILON, GPU, PODS
+from kai_ray.model.resources import EPSILON, GPU, NUM_RESOURCES, PODS
 
 
 @dataclass(frozen=True)
@@ -67,13 +67,17 @@ def place_task(
 def _starts_now(request: list[float], idle: list[float]) -> bool:
     """Whether the request fits the idle vector now. Over plain floats: the same IEEE sums and
     comparisons as the numpy expression, without four numpy calls on a vector of four (asked for
-    every pod placed), and a plain loop rather than `all` over a list comprehension (a call of
-    its own in CPython 3.11). Not a `strict` zip: its keyword costs a dict per call, and both
-    vectors are one entry per node resource by construction."""
-    for wanted, free in zip(request, idle):  # noqa: B905, SIM110
-        if not wanted <= free + EPSILON:
+    every pod placed); a plain loop rather than `all` over a list comprehension (a call of its
+    own in CPython 3.11), by index rather than over a `zip` (building one costs more than the
+    four comparisons). Both vectors are one entry per node resource by construction."""
+    for resource in NODE_RESOURCE_INDICES:  # noqa: SIM110
+        if not request[resource] <= idle[resource] + EPSILON:
             return False
     return True
+
+
+NODE_RESOURCE_INDICES = tuple(range(NUM_RESOURCES))
+"""Positions of the resources in node vectors and task requests (cpu, memory, gpu, pods)."""
 
 
 def _no_node_fits(session: Session, task: Task, node_mask: np.ndarray | None) -> str:

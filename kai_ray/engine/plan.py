@@ -79,7 +79,7 @@ def task_state(session: Session, task: Task, alike: dict[StateFields, TaskState]
     node = spec.node if status == PENDING else None if row is None else table.names[row]
     accepted = 0.0
     if row is not None and status in OCCUPYING:
-        accepted = spec.accepted_gpus(float(table.gpu_memory[row]))
+        accepted = spec.accepted_gpus(session.nodes.gpu_memory[row])
         if type(accepted) is not float or accepted == 0.0:
             alike = None
     if alike is None:
