@@ -81,7 +81,8 @@ class Session:
         """Tasks the snapshot's placements charge (computed again when one moves, not stored)."""
         self._discharged: set[int] = set()
         """Those of them that moved since: their charge left with them."""
-        self._queue_keys: dict[tuple[str, int, bytes], OrderKey] = {}
+        self._queue_keys: dict[str, dict[bytes, tuple[int, OrderKey]]] = {}
+        """Queue → request bytes → (the queue's version, its order key then): see `queue_order_key`."""
         self._task_keys: dict[int, OrderKey] = {}
         self._tiebreaks: dict[tuple[str, str], int] = {}
         self.hooked: dict[str, list[Plugin]] = HookLists(self)
@@ -340,15 +341,22 @@ class Session:
 
     def queue_order_key(self, queue: str, job: np.ndarray, job_bytes: bytes | None = None) -> OrderKey:
         """Cached until the queue's accounting changes or the job vector differs. `job_bytes`:
-        `job.tobytes()` when the caller has it (the job queue keeps it with each request)."""
+        `job.tobytes()` when the caller has it (the job queue keeps it with each request).
+
+        Only the key of a request's latest version is kept: versions only grow, so an older one
+        is never asked again, and replacing it keeps the cache from growing with every charge."""
         book = self.queues
         request = job.tobytes() if job_bytes is None else job_bytes
-        cache_key = (queue, book.versions[book.index[queue]], request)
-        cached = self._queue_keys.get(cache_key)
-        if cached is None:
-            cached = self._queue_order_key(queue, job)
-            self._queue_keys[cache_key] = cached
-        return cached
+        version = book.versions[book.index[queue]]
+        by_request = self._queue_keys.get(queue)
+        if by_request is None:
+            by_request = self._queue_keys[queue] = {}
+        known = by_request.get(request)
+        if known is not None and known[0] == version:
+            return known[1]
+        key = self._queue_order_key(queue, job)
+        by_request[request] = (version, key)
+        return key
 
     def _queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey:
         plugins = self.hooked["queue_order_key"]

@@ -251,6 +251,26 @@ def test_request_bytes_the_job_queue_hands_queue_order_are_the_requests_own(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios)
+def test_queue_order_keys_the_session_keeps_are_the_keys_computed_afresh(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+) -> None:
+    """The session keeps, per queue and request, the key of the queue's latest version only:
+    every key it hands back, kept or not, is the one the plugins give now."""
+    asked = Session.queue_order_key
+    compared: list[bool] = []
+
+    def checked(self: Session, queue: str, job: np.ndarray, job_bytes: bytes | None = None) -> OrderKey:
+        key = asked(self, queue, job, job_bytes)
+        compared.append(key == self._queue_order_key(queue, job))
+        return key
+
+    with mock.patch.object(Session, "queue_order_key", checked):
+        cycled(drawn)
+    assert compared and all(compared)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
 def test_row_views_made_once_are_still_the_rows_after_a_cycle(
     drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
 ) -> None:
