@@ -250,7 +250,7 @@ class NodeFinder:
     def _key_of(self, task: Task) -> ShapeKey:
         key = self._keys.get(task.uid)
         if key is None:
-            key = self._keys[task.uid] = spec_shape_key(task.spec)
+            key = self._keys[task.uid] = spec_shape_key.of(task.spec)
         return key
 
     def best(self, task: Task) -> int | None:

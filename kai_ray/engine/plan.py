@@ -131,7 +131,7 @@ def build_plan(session: Session) -> Plan:
             continue
         # The job's key and each task's name and status read once: this runs for every task of
         # every job that moved.
-        key = job.key
+        key = job.spec.key
         states = {}
         for task in job.tasks:
             state = task_state(session, task, alike)

@@ -219,7 +219,7 @@ class Session:
         # Queue-charging statuses asked first, without a call: the answer for every pod allocated.
         if task.node is not None and (task.status in QUEUE_CHARGING or self._pipelining_charges(task)):
             node, spec = task.node, task.spec
-            charge = self.placed_fairness(task, node) if task.is_shared_gpu else whole_gpu_charge(spec)
+            charge = self.placed_fairness(task, node) if task.is_shared_gpu else whole_gpu_charge.of(spec)
             self._charges[task.uid] = charge
             job_spec = task.job.spec  # the spec's fields, not `Job`'s properties: once per pod placed
             self.queues.charge(job_spec.queue, charge, not job_spec.preemptible)

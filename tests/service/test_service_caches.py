@@ -50,6 +50,13 @@ def test_identity_cache_computes_once_per_object_and_forgets_dead_ones() -> None
     assert cache(Thing(2)) == 4 and calls == [1, 2, 2]
 
 
+def test_asking_by_method_shares_the_entries_of_asking_by_call() -> None:
+    cache, calls = doubling_cache()
+    first, second = Thing(1), Thing(2)
+    assert [cache.of(first), cache(first), cache(second), cache.of(second)] == [2, 2, 4, 4]
+    assert calls == [1, 2]
+
+
 def test_a_shared_entry_serves_the_copy_and_only_when_the_source_is_known() -> None:
     cache, calls = doubling_cache()
     source, copy, unknown, other = Thing(1), Thing(1), Thing(5), Thing(5)

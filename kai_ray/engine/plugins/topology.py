@@ -29,7 +29,7 @@ class TopologyPlugin(Plugin):
     def splits_nodes(self, job: Job) -> bool:
         """Asked of every job attempt: answered per PodGroup tree spec, which the job's tree is
         built from (`jobs.build_job`) and which outlives cycles (`names_topology`)."""
-        return names_topology(job.spec.subgroups)
+        return names_topology.of(job.spec.subgroups)
 
     def node_subsets(
         self, job: Job, group: SubGroupSet | PodSet, tasks: list[Task], node_mask: np.ndarray
