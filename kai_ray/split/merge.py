@@ -84,6 +84,8 @@ class PartsMerge:
         self._alike: dict[StateFields, TaskState] = {}
 
     def take(self, answer: PartAnswer) -> None:
+        """States and binds of `answer`'s placed pods, its evictions kept for `plan` (where a
+        victim some answer placed again keeps its new state): for answers the checks trusted."""
         order, states, alike = self.standing.order, self.standing.tasks, self._alike
         placed = self._placed
         for binds, pods in ((True, answer.binds), (False, answer.pipelined)):
