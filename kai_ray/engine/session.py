@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -270,16 +271,16 @@ class Session:
         gpus = spec.accepted_gpus(float(self.snapshot.nodes.gpu_memory[node]))
         return np.array([spec.cpu_millis, spec.memory, gpus])
 
-    def fairness_request(self, tasks: Iterable[Task], gpu_memory: float) -> np.ndarray:
-        """Summed in plain floats, in task order from 0.0: the very floats a numpy running sum
-        gives, without a numpy call per task (queue order asks this of every job it weighs)."""
-        cpu = memory = gpus = 0.0
-        for task in tasks:
-            spec = task.spec
-            cpu += spec.cpu_millis
-            memory += spec.memory
-            gpus += spec.accepted_gpus(gpu_memory)
-        return np.array((cpu, memory, gpus))
+    def fairness_request(self, tasks: Sequence[Task], gpu_memory: float) -> np.ndarray:
+        """What the tasks ask of their queue, with shared GPUs counted on that GPU memory.
+
+        A lone task that shares no GPU (the next attempt of most jobs, asked once per pod placed)
+        asks the same on any GPU memory: its request is made once per spec (read-only)."""
+        if len(tasks) == 1:
+            request = lone_request.of(tasks[0].spec)
+            if request is not None:
+                return request
+        return summed_request(map(_SPEC, tasks), gpu_memory)
 
     def free_gpus(self) -> np.ndarray:
         """Whole GPUs per node that are idle or on their way to being idle."""
@@ -512,6 +513,35 @@ def _whole_gpu_charge(spec: TaskSpec) -> np.ndarray:
 whole_gpu_charge = IdentityCache(_whole_gpu_charge)
 """What placing a pod that shares no GPU charges its queue, made once per pod spec: a scheduler's
 specs outlive its cycles (`convert.live`), and a new array per placed pod was most of a charge."""
+
+
+def summed_request(specs: Iterable[TaskSpec], gpu_memory: float) -> np.ndarray:
+    """Summed in plain floats, in spec order from 0.0: the very floats a numpy running sum
+    gives, without a numpy call per spec (queue order asks this of every job it weighs)."""
+    cpu = memory = gpus = 0.0
+    for spec in specs:
+        cpu += spec.cpu_millis
+        memory += spec.memory
+        gpus += spec.accepted_gpus(gpu_memory)
+    return np.array((cpu, memory, gpus))
+
+
+def _lone_request(spec: TaskSpec) -> np.ndarray | None:
+    """`summed_request` of the spec alone if it shares no GPU (its accepted GPUs are its whole
+    ones on any GPU memory), None if it does: read-only, as sessions share it."""
+    if spec.is_shared_gpu:
+        return None
+    request = summed_request((spec,), DEFAULT_GPU_MEMORY_MIB)
+    request.flags.writeable = False
+    return request
+
+
+lone_request = IdentityCache(_lone_request)
+"""A lone task's `Session.fairness_request`, made once per pod spec: building the array was most
+of a request's cost, and the job queue asks one per pod placed."""
+
+_SPEC = operator.attrgetter("spec")
+"""A task's spec, read without a Python-level call: a request of several tasks sums their specs."""
 
 
 def gpu_memory_bounds(table: NodeTable) -> tuple[float, float]:

@@ -30,7 +30,7 @@ from kai_ray.engine.plugins.predicates import PredicatesPlugin
 from kai_ray.engine.plugins.proportion import ZERO_SHARE_PENALTY, ProportionPlugin
 from kai_ray.engine.plugins.topology import TopologyPlugin
 from kai_ray.engine.reasons import PendingCause
-from kai_ray.engine.session import Session, whole_gpu_charge
+from kai_ray.engine.session import Session, summed_request, whole_gpu_charge
 from kai_ray.model.objects import UNLIMITED
 from kai_ray.model.resources import EPSILON
 from kai_ray.model.snapshot import compile_snapshot
@@ -267,6 +267,25 @@ def test_queue_order_keys_the_session_keeps_are_the_keys_computed_afresh(
     with mock.patch.object(Session, "queue_order_key", checked):
         cycled(drawn)
     assert compared and all(compared)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_fairness_requests_made_once_per_lone_spec_are_the_summed_ones(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+) -> None:
+    """A lone task's request, made once per spec, is the very floats summing it afresh gives on
+    either GPU memory the session asks about; a gang's request is summed afresh."""
+    session = cycled(drawn).session
+    for job in session.jobs:
+        groups = [[task] for task in job.tasks] + [job.tasks]
+        for tasks in groups:
+            for gpu_memory in (session.min_gpu_memory, session.max_gpu_memory):
+                request = session.fairness_request(tasks, gpu_memory)
+                fresh = summed_request([task.spec for task in tasks], gpu_memory)
+                assert request.tobytes() == fresh.tobytes()
+                if len(tasks) == 1 and not tasks[0].is_shared_gpu:
+                    assert not request.flags.writeable
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
