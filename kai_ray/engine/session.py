@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import operator
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -280,7 +279,15 @@ class Session:
             request = lone_request.of(tasks[0].spec)
             if request is not None:
                 return request
-        return summed_request(map(_SPEC, tasks), gpu_memory)
+        # Summed in plain floats, in task order from 0.0: the very floats a numpy running sum
+        # gives, without a numpy call per task (queue order asks this of every job it weighs).
+        cpu = memory = gpus = 0.0
+        for task in tasks:
+            spec = task.spec
+            cpu += spec.cpu_millis
+            memory += spec.memory
+            gpus += spec.accepted_gpus(gpu_memory)
+        return np.array((cpu, memory, gpus))
 
     def free_gpus(self) -> np.ndarray:
         """Whole GPUs per node that are idle or on their way to being idle."""
@@ -515,23 +522,13 @@ whole_gpu_charge = IdentityCache(_whole_gpu_charge)
 specs outlive its cycles (`convert.live`), and a new array per placed pod was most of a charge."""
 
 
-def summed_request(specs: Iterable[TaskSpec], gpu_memory: float) -> np.ndarray:
-    """Summed in plain floats, in spec order from 0.0: the very floats a numpy running sum
-    gives, without a numpy call per spec (queue order asks this of every job it weighs)."""
-    cpu = memory = gpus = 0.0
-    for spec in specs:
-        cpu += spec.cpu_millis
-        memory += spec.memory
-        gpus += spec.accepted_gpus(gpu_memory)
-    return np.array((cpu, memory, gpus))
-
-
 def _lone_request(spec: TaskSpec) -> np.ndarray | None:
-    """`summed_request` of the spec alone if it shares no GPU (its accepted GPUs are its whole
-    ones on any GPU memory), None if it does: read-only, as sessions share it."""
+    """`Session.fairness_request` of a lone task of the spec if it shares no GPU (its accepted
+    GPUs are its whole ones on any GPU memory), None if it does: read-only, as sessions share it.
+    Each sum starts from 0.0 as that method's does, so the floats are the very ones it gives."""
     if spec.is_shared_gpu:
         return None
-    request = summed_request((spec,), DEFAULT_GPU_MEMORY_MIB)
+    request = np.array((0.0 + spec.cpu_millis, 0.0 + spec.memory, 0.0 + spec.gpu))
     request.flags.writeable = False
     return request
 
@@ -539,9 +536,6 @@ def _lone_request(spec: TaskSpec) -> np.ndarray | None:
 lone_request = IdentityCache(_lone_request)
 """A lone task's `Session.fairness_request`, made once per pod spec: building the array was most
 of a request's cost, and the job queue asks one per pod placed."""
-
-_SPEC = operator.attrgetter("spec")
-"""A task's spec, read without a Python-level call: a request of several tasks sums their specs."""
 
 
 def gpu_memory_bounds(table: NodeTable) -> tuple[float, float]:
