@@ -9,7 +9,7 @@ task by task, or compare each remembered answer with one asked afresh.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from unittest import mock
 
@@ -77,6 +77,30 @@ def cycled(drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]
 def whole_plan(drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]]) -> tuple[object, ...]:
     plan = cycled(drawn).plan
     return (plan.binds, plan.pipelined, plan.evictions, plan.pending_reasons, plan.tasks)
+
+
+QueueKeyCheck = Callable[[Session, str, np.ndarray, "bytes | None", OrderKey], "bool | None"]
+
+
+def queue_keys_checked(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]], check: QueueKeyCheck
+) -> list[bool]:
+    """Every queue order key the session hands out in a whole cycle, with what it was asked,
+    put to `check`: the cached keys are only as good as each of them. A check answering None
+    had nothing to judge in that call and leaves no verdict."""
+    asked = Session.queue_order_key
+    verdicts: list[bool] = []
+
+    def checked(self: Session, queue: str, job: np.ndarray, job_bytes: bytes | None = None) -> OrderKey:
+        key = asked(self, queue, job, job_bytes)
+        verdict = check(self, queue, job, job_bytes, key)
+        if verdict is not None:
+            verdicts.append(verdict)
+        return key
+
+    with mock.patch.object(Session, "queue_order_key", checked):
+        cycled(drawn)
+    return verdicts
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -236,16 +260,11 @@ def test_request_bytes_the_job_queue_hands_queue_order_are_the_requests_own(
 ) -> None:
     """The job queue keeps each request's bytes with it; a stale copy would read another job's
     cached key."""
-    asked = Session.queue_order_key
-    handed: list[bool] = []
 
-    def checked(self: Session, queue: str, job: np.ndarray, job_bytes: bytes | None = None) -> OrderKey:
-        if job_bytes is not None:
-            handed.append(job_bytes == job.tobytes())
-        return asked(self, queue, job, job_bytes)
+    def own_bytes(_s: Session, _q: str, job: np.ndarray, sent: bytes | None, _k: OrderKey) -> bool | None:
+        return None if sent is None else sent == job.tobytes()
 
-    with mock.patch.object(Session, "queue_order_key", checked):
-        cycled(drawn)
+    handed = queue_keys_checked(drawn, own_bytes)
     assert handed and all(handed)
 
 
@@ -256,16 +275,9 @@ def test_queue_order_keys_the_session_keeps_are_the_keys_computed_afresh(
 ) -> None:
     """The session keeps, per queue and request, the key of the queue's latest version only:
     every key it hands back, kept or not, is the one the plugins give now."""
-    asked = Session.queue_order_key
-    compared: list[bool] = []
-
-    def checked(self: Session, queue: str, job: np.ndarray, job_bytes: bytes | None = None) -> OrderKey:
-        key = asked(self, queue, job, job_bytes)
-        compared.append(key == self._queue_order_key(queue, job))
-        return key
-
-    with mock.patch.object(Session, "queue_order_key", checked):
-        cycled(drawn)
+    compared = queue_keys_checked(
+        drawn, lambda session, queue, job, _bytes, key: key == session._queue_order_key(queue, job)
+    )
     assert compared and all(compared)
 
 
