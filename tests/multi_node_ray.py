@@ -115,6 +115,7 @@ def _environment(token_path: Path) -> dict[str, str]:
         RAY_AUTH_MODE="token",
         RAY_AUTH_TOKEN_PATH=str(token_path),
         RAY_USAGE_STATS_ENABLED="0",
+        RAY_worker_niceness="0",  # as kai-ray's own local instance runs its parts (docs/sharding.md)
     )
     return env
 

@@ -239,20 +239,31 @@ RemoteCoordinator = ray.remote(Coordinator)
 
 LOCAL_RAY = "local"
 """`ray.init`'s address for a new instance of this process's own."""
+LOCAL_RAY_SYSTEM_CONFIG = {"worker_niceness": 0}
+"""Ray starts its workers at niceness 15, below the driver and Ray's own daemons. Our actors are
+the cycle's critical path (a split cycle waits for its slowest part), so on a machine with any
+other load at the default priority a part at niceness 15 would wait for all of it while the local
+cycle does not. A cluster started with `ray start` sets this itself (`RAY_worker_niceness=0`)."""
 
 
-def join_ray(address: str | None) -> None:
+def join_ray(address: str | None, *, num_cpus: int | None = None) -> None:
     """Join the Ray cluster at `address`, or start a local instance, unless this process already has.
 
     Without an address Ray would join whatever cluster /tmp/ray last recorded, a dead one
-    included; a local instance is what no `--ray-address` means.
+    included; a local instance is what no `--ray-address` means. `num_cpus` sizes a local one.
     """
-    if not ray.is_initialized():
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    else:
         ray.init(
-            address=address or LOCAL_RAY,
+            address=LOCAL_RAY,
+            num_cpus=num_cpus,
             include_dashboard=False,
             log_to_driver=False,
             ignore_reinit_error=True,
+            _system_config=LOCAL_RAY_SYSTEM_CONFIG,
         )
 
 

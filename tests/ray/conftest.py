@@ -7,14 +7,12 @@ from collections.abc import Iterator
 import pytest
 import ray
 
-from kai_ray.distributed.ray_executor import LOCAL_RAY
+from kai_ray.distributed.ray_executor import join_ray
 
 
 @pytest.fixture(scope="session")
 def local_ray() -> Iterator[None]:
-    # "local": never the cluster a stale /tmp/ray/ray_current_cluster names.
-    ray.init(
-        address=LOCAL_RAY, num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True
-    )
+    # A local instance, as the CLI starts one: never the cluster a stale /tmp/ray names.
+    join_ray(None, num_cpus=2)
     yield
     ray.shutdown()

@@ -11,6 +11,7 @@ every pending pod is the local engine's cycle.
 from __future__ import annotations
 
 import collections
+import os
 import time
 from collections.abc import Callable, Iterator
 
@@ -157,6 +158,18 @@ def test_the_coordinator_does_its_groundwork_while_the_parts_work(
         assert runner.parts_answered == 4
     finally:
         ray.kill(gate)
+
+
+def test_parts_run_no_lower_in_priority_than_the_coordinator() -> None:
+    """Ray starts its workers at niceness 15 unless told otherwise (`LOCAL_RAY_SYSTEM_CONFIG`): a
+    part would then wait for every process at the default priority, the coordinator's groundwork
+    among them, while a local cycle would not."""
+
+    def niceness() -> int:
+        return os.nice(0)
+
+    worker = ray.get(ray.remote(num_cpus=0)(niceness).remote(), timeout=TIMEOUT)
+    assert worker <= os.nice(0)
 
 
 class OpeningTheGateOnTheFirstAnswer(RayParts):
