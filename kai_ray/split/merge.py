@@ -48,18 +48,29 @@ class StandingPlan:
 
 
 def standing_plan(snapshot: Snapshot) -> StandingPlan:
+    """Pending pods that stand alike share one state (a frozen one, with a positive zero of GPUs,
+    so equal fields print alike): a large cycle's pending pods are most of its states, and the
+    parts restate each one they place."""
     table = snapshot.nodes
     rows, memory = table.index, table.gpu_memory.tolist()
     states: dict[tuple[str, str], TaskState] = {}
+    waiting: dict[tuple[str | None, tuple[str, ...]], TaskState] = {}
     for job in snapshot.jobs:
         job_key = job.key
         for task in job.tasks:
             status, node = task.status, task.node
+            if status == PENDING:
+                fields = (node, task.gpu_groups)
+                state = waiting.get(fields)
+                if state is None:
+                    state = waiting[fields] = new_task_state(PENDING, node, task.gpu_groups, 0.0)
+                states[(job_key, task.name)] = state
+                continue
             row = rows.get(node) if node is not None else None
             accepted = 0.0
             if row is not None and status in OCCUPYING:
                 accepted = task.accepted_gpus(memory[row])
-            elif status != PENDING and row is None:
+            elif row is None:
                 node = None
             states[(job_key, task.name)] = new_task_state(status, node, task.gpu_groups, accepted)
     order = {key: position for position, key in enumerate(states)}
