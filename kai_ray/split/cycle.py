@@ -33,7 +33,7 @@ from operator import attrgetter
 from typing import Protocol
 
 from kai_ray.api.config import SchedulerConfig
-from kai_ray.collector import collection_paused
+from kai_ray.collector import collection_paused, leave_to_collector
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
 from kai_ray.fairshare.usage import QueueUsage
@@ -192,6 +192,7 @@ class SplitCycles:
             timing.fallback = time.perf_counter() - mark
         timing.total = time.perf_counter() - started
         self.timings.append(timing)
+        leave_to_collector(answers, groundwork(), moved)
         return plan
 
     def close(self) -> None:

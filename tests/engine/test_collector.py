@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
 from builders import cluster, config
 
-from kai_ray.collector import collection_paused, hold_collection, release_collection
+from kai_ray.collector import collection_paused, hold_collection, leave_to_collector, release_collection
 from kai_ray.engine import cycle
 from kai_ray.engine.cycle import schedule
 from kai_ray.model.snapshot import compile_snapshot
@@ -86,3 +87,21 @@ def test_a_cycle_runs_with_collection_off_and_gives_it_back(
     assert [bind.node for bind in plan.binds] == ["n1"]
     assert during == [False]
     assert gc.isenabled()
+
+
+class Held:
+    """A plain object, freed by its last reference going unless left to the collector."""
+
+
+def test_objects_left_to_the_collector_outlive_their_last_reference_until_a_collection(
+    collecting: None,
+) -> None:
+    kept, dropped = Held(), Held()
+    kept_ref, dropped_ref = weakref.ref(kept), weakref.ref(dropped)
+    with collection_paused():
+        leave_to_collector(kept)
+        del kept, dropped
+        assert dropped_ref() is None  # freed at once, as any object whose last reference goes
+        assert kept_ref() is not None
+    gc.collect()
+    assert kept_ref() is None
