@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from kai_ray.engine.booking import BookedSums
     from kai_ray.engine.part_basis import PartBasis
 
+Charge = tuple[float, float, float]
+"""What a task charges its queue (cpu, memory, GPUs), in plain floats."""
+
 
 class QueueBook:
     def __init__(self, snapshot: Snapshot, usage: QueueUsage | None = None) -> None:
@@ -33,13 +36,14 @@ class QueueBook:
         count = len(self.names)
         self.deserved = np.array([_triple(q, "quota") for q in self.specs]).reshape(count, 3)
         self.limit = np.array([_triple(q, "limit") for q in self.specs]).reshape(count, 3)
-        self.allocated = np.zeros((count, 3))
-        self.allocated_non_preemptible = np.zeros((count, 3))
-        self.allocated_rows: list[np.ndarray] = list(self.allocated)
-        self._protected_rows: list[np.ndarray] = list(self.allocated_non_preemptible)
-        """Each row of `allocated` and `allocated_non_preemptible` as a view made once (the arrays
-        change only in place): every pod placed charges a chain of rows, and queue order reads
-        them, and indexing the array makes a new view each time."""
+        self.allocated_rows: list[list[float]] = [[0.0, 0.0, 0.0] for _ in range(count)]
+        self._protected_rows: list[list[float]] = [[0.0, 0.0, 0.0] for _ in range(count)]
+        """What each queue row holds (all, and by non-preemptible jobs) as plain floats, the
+        book's own record: every pod placed charges a chain of rows and queue order reads them,
+        and a numpy call on three floats costs more than the arithmetic. The arrays are made
+        from them when read (`allocated`)."""
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+        """`allocated` and `allocated_non_preemptible` as last made, until the next charge."""
         self.request = np.zeros((count, 3))
         self.fair_share = np.zeros((count, 3))
         self._allocatable_share = self._compute_allocatable_share()
@@ -52,20 +56,57 @@ class QueueBook:
         """A new list each time (callers may keep it), of names listed once: every pop asks."""
         return list(self._top_level)
 
-    def charge(self, queue: str, vector: np.ndarray, non_preemptible: bool, sign: float = 1.0) -> None:
-        # Row by row: the same sums as one fancy-indexed add (each row of a chain appears once),
-        # without building an index array for the two or three rows of a chain on every move.
-        # A charge adds the vector itself: the same floats as 1.0 times it, without a new array;
-        # a row changes in place through its view: the same ufunc as `allocated[row] += delta`,
-        # without that statement's write of the row back onto itself.
-        delta = vector if sign == 1.0 else sign * vector
+    @property
+    def allocated(self) -> np.ndarray:
+        """Per queue row, what it holds (read-only: a charge makes a new array next time)."""
+        return self._read_arrays()[0]
+
+    @property
+    def allocated_non_preemptible(self) -> np.ndarray:
+        """Per queue row, what its non-preemptible jobs hold (read-only, as `allocated`)."""
+        return self._read_arrays()[1]
+
+    def _read_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            allocated = np.array(self.allocated_rows, dtype=float).reshape(-1, 3)
+            protected = np.array(self._protected_rows, dtype=float).reshape(-1, 3)
+            allocated.flags.writeable = protected.flags.writeable = False
+            self._arrays = allocated, protected
+        return self._arrays
+
+    def _add_arrays(self, allocated: np.ndarray, protected: np.ndarray) -> None:
+        """Add whole arrays to the rows, as numpy adds them (one addition per float either way)."""
+        self.allocated_rows = (self.allocated + allocated).tolist()
+        self._protected_rows = (self.allocated_non_preemptible + protected).tolist()
+        self._arrays = None
+
+    def charge(self, queue: str, vector: Charge, non_preemptible: bool, sign: float = 1.0) -> None:
+        # Float by float, in plain Python: the very sums numpy's in-place add of the row makes
+        # (an IEEE addition per column either way), without a numpy call per row of a chain.
+        # A charge adds the vector itself; taking it away adds its negation, as `sign * vector`
+        # would in numpy (exact for a sign of -1.0).
+        cpu, memory, gpus = vector if sign == 1.0 else (sign * vector[0], sign * vector[1], sign * vector[2])
+        self._arrays = None
+        versions, allocated_rows = self.versions, self.allocated_rows
         for row in self.chains[queue]:
-            self.versions[row] += 1
-            allocated = self.allocated_rows[row]
-            allocated += delta
+            versions[row] += 1
+            allocated = allocated_rows[row]
+            allocated[0] += cpu
+            allocated[1] += memory
+            allocated[2] += gpus
             if non_preemptible:
                 protected = self._protected_rows[row]
-                protected += delta
+                protected[0] += cpu
+                protected[1] += memory
+                protected[2] += gpus
+
+    def allocated_row(self, row: int) -> np.ndarray:
+        """One row of `allocated`, without making the whole array after every charge."""
+        return np.array(self.allocated_rows[row])
+
+    def protected_row(self, row: int) -> np.ndarray:
+        """One row of `allocated_non_preemptible`, as `allocated_row`."""
+        return np.array(self._protected_rows[row])
 
     def add_request(self, queue: str, vector: np.ndarray) -> None:
         self.request[self.chains[queue]] += vector
@@ -73,16 +114,14 @@ class QueueBook:
     def open_with(self, sums: BookedSums) -> None:
         """Book the snapshot's placements and requests, added up per queue row (`booking`), as
         `charge` and `add_request` would one by one."""
-        self.allocated += sums.allocated
-        self.allocated_non_preemptible += sums.protected
+        self._add_arrays(sums.allocated, sums.protected)
         self.request += sums.requested
         counts = sums.charge_counts.tolist()
         self.versions = [version + count for version, count in zip(self.versions, counts, strict=True)]
 
     def add_outside(self, basis: PartBasis) -> None:
         """Add what the rest of the cluster's jobs hold and ask (a session over one part of it)."""
-        self.allocated += basis.allocated
-        self.allocated_non_preemptible += basis.allocated_non_preemptible
+        self._add_arrays(basis.allocated, basis.allocated_non_preemptible)
         self.request += basis.requested
 
     def compute_fair_shares(self, totals: np.ndarray, k_value: float) -> None:

@@ -24,7 +24,7 @@ from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.part_basis import PartBasis
 from kai_ray.engine.plugins.base import OrderKey, Plugin
 from kai_ray.engine.plugins.registry import plugin_class
-from kai_ray.engine.queues import QueueBook
+from kai_ray.engine.queues import Charge, QueueBook
 from kai_ray.engine.reasons import EvictionReason, PendingReason, main_cause
 from kai_ray.engine.statement import Operation, Placement
 from kai_ray.fairshare.usage import QueueUsage
@@ -75,7 +75,7 @@ class Session:
         """Task uid → the action that placed it (bound or pipelined) this cycle."""
         self.stale_since: dict[str, float] = {}
         self.committed: list[Operation] = []
-        self._charges: dict[int, np.ndarray] = {}
+        self._charges: dict[int, Charge] = {}
         """Task uid → what it charges its queue, for tasks placed in this session."""
         self._charged_at_open: frozenset[int] = frozenset()
         """Tasks the snapshot's placements charge (computed again when one moves, not stored)."""
@@ -219,7 +219,7 @@ class Session:
         # Queue-charging statuses asked first, without a call: the answer for every pod allocated.
         if task.node is not None and (task.status in QUEUE_CHARGING or self._pipelining_charges(task)):
             node, spec = task.node, task.spec
-            charge = self.placed_fairness(task, node) if task.is_shared_gpu else whole_gpu_charge.of(spec)
+            charge = self.placed_charge(task, node) if task.is_shared_gpu else whole_gpu_charge.of(spec)
             self._charges[task.uid] = charge
             job_spec = task.job.spec  # the spec's fields, not `Job`'s properties: once per pod placed
             self.queues.charge(job_spec.queue, charge, not job_spec.preemptible)
@@ -236,7 +236,7 @@ class Session:
         if charge is None and at_open:
             # Booked at open, never moved since: charged where it still is.
             self._discharged.add(uid)
-            charge = self.placed_fairness(task, node)
+            charge = self.placed_charge(task, node)
         if charge is not None:
             self.queues.charge(task.job.queue, charge, not task.job.spec.preemptible, sign=-1.0)
 
@@ -266,9 +266,14 @@ class Session:
         return self._fairness_totals
 
     def placed_fairness(self, task: Task, node: int) -> np.ndarray:
+        return np.array(self.placed_charge(task, node))
+
+    def placed_charge(self, task: Task, node: int) -> Charge:
+        """What the task on `node` charges its queue, as the floats of `placed_fairness`'s array:
+        the queue book keeps its rows in plain floats."""
         spec = task.spec
         gpus = spec.accepted_gpus(float(self.snapshot.nodes.gpu_memory[node]))
-        return np.array([spec.cpu_millis, spec.memory, gpus])
+        return float(spec.cpu_millis), float(spec.memory), float(gpus)
 
     def fairness_request(self, tasks: Sequence[Task], gpu_memory: float) -> np.ndarray:
         """What the tasks ask of their queue, with shared GPUs counted on that GPU memory.
@@ -509,17 +514,15 @@ class HookLists(dict[str, list[Plugin]]):
         return found
 
 
-def _whole_gpu_charge(spec: TaskSpec) -> np.ndarray:
-    """`Session.placed_fairness` of a pod that shares no GPU, the same on every row (its
-    accepted GPUs are its whole ones): read-only, as sessions share it."""
-    charge = np.array([spec.cpu_millis, spec.memory, spec.accepted_gpus(DEFAULT_GPU_MEMORY_MIB)])
-    charge.flags.writeable = False
-    return charge
+def _whole_gpu_charge(spec: TaskSpec) -> Charge:
+    """`Session.placed_charge` of a pod that shares no GPU, the same on every row (its accepted
+    GPUs are its whole ones): a tuple, as sessions share it."""
+    return float(spec.cpu_millis), float(spec.memory), float(spec.accepted_gpus(DEFAULT_GPU_MEMORY_MIB))
 
 
 whole_gpu_charge = IdentityCache(_whole_gpu_charge)
 """What placing a pod that shares no GPU charges its queue, made once per pod spec: a scheduler's
-specs outlive its cycles (`convert.live`), and a new array per placed pod was most of a charge."""
+specs outlive its cycles (`convert.live`), and a new tuple per placed pod was most of a charge."""
 
 
 def _lone_request(spec: TaskSpec) -> np.ndarray | None:

@@ -29,6 +29,7 @@ from kai_ray.engine.plugins.base import OrderKey
 from kai_ray.engine.plugins.predicates import PredicatesPlugin
 from kai_ray.engine.plugins.proportion import ZERO_SHARE_PENALTY, ProportionPlugin
 from kai_ray.engine.plugins.topology import TopologyPlugin
+from kai_ray.engine.queues import Charge, QueueBook
 from kai_ray.engine.reasons import PendingCause
 from kai_ray.engine.session import Session, whole_gpu_charge
 from kai_ray.model.objects import UNLIMITED
@@ -165,7 +166,7 @@ def test_a_remembered_choice_is_dropped_when_a_charge_alone_changes_the_subtree(
     queue = JobQueue(session, list(session.jobs))
     first = queue._entry("dept")
     assert first is not None and first[0][0] == "b"  # equal queues: the older one
-    session.queues.charge("b", np.array([0.0, 0.0, 3.0]), non_preemptible=False)
+    session.queues.charge("b", (0.0, 0.0, 3.0), non_preemptible=False)
     again = queue._entry("dept")
     assert again is not None and again[0][0] == "c"
 
@@ -307,20 +308,48 @@ def test_fairness_requests_made_once_per_lone_spec_are_the_summed_ones(
 def test_row_views_made_once_are_still_the_rows_after_a_cycle(
     drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
 ) -> None:
-    """Node and queue rows are changed through views made when the session opened: each must
-    still be its array's row (sharing its memory) once a whole cycle has changed them."""
-    session = cycled(drawn).session
-    nodes, book = session.nodes, session.queues
-    pairs = [
-        (nodes.idle, nodes.idle_rows),
-        (nodes.releasing, nodes.releasing_rows),
-        (book.allocated, book.allocated_rows),
-        (book.allocated_non_preemptible, book._protected_rows),
-    ]
+    """Node rows are changed through views made when the session opened: each must still be its
+    array's row (sharing its memory) once a whole cycle has changed them."""
+    nodes = cycled(drawn).session.nodes
+    pairs = [(nodes.idle, nodes.idle_rows), (nodes.releasing, nodes.releasing_rows)]
     for array, rows in pairs:
         assert len(rows) == len(array)
         for row, view in enumerate(rows):
             assert np.shares_memory(view, array[row]) and view.tobytes() == array[row].tobytes()
+
+
+def numpy_charge(
+    book: QueueBook, queue: str, vector: Charge, non_preemptible: bool, sign: float = 1.0
+) -> None:
+    """A queue charge the long way: each row of the chain as a numpy array, `sign * vector` added
+    to it in place."""
+    delta = sign * np.array(vector)
+    books = (book.allocated_rows, book._protected_rows) if non_preemptible else (book.allocated_rows,)
+    for row in book.chains[queue]:
+        book.versions[row] += 1
+        for rows in books:
+            summed = np.array(rows[row])
+            summed += delta
+            rows[row] = summed.tolist()
+    book._arrays = None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_queue_rows_in_plain_floats_hold_what_numpy_charges_add_up_to(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+) -> None:
+    """The queue book charges its rows float by float: after a whole cycle (charges, their
+    reversals, evictions) they hold the very floats numpy's in-place adds give, and the plan is
+    the same."""
+    with mock.patch.object(QueueBook, "charge", numpy_charge):
+        long_way = cycled(drawn)
+    result = cycled(drawn)
+    assert result.plan == long_way.plan
+    book, numpy_book = result.session.queues, long_way.session.queues
+    assert book.allocated.tobytes() == numpy_book.allocated.tobytes()
+    assert book.allocated_non_preemptible.tobytes() == numpy_book.allocated_non_preemptible.tobytes()
+    assert all(type(value) is float for row in book.allocated_rows for value in row)
 
 
 def walked_topology(group: SubGroupSet | PodSet) -> bool:
@@ -351,9 +380,10 @@ def test_answers_remembered_per_spec_are_the_ones_asked_afresh(
             if task.is_shared_gpu:
                 continue
             charge = whole_gpu_charge(task.spec)
+            assert all(type(value) is float for value in charge)
             for row in rows:
                 fresh = session.placed_fairness(task, row)
-                assert charge.dtype == fresh.dtype and charge.tobytes() == fresh.tobytes()
+                assert np.array(charge).tobytes() == fresh.tobytes()
 
 
 def test_a_plan_bind_is_the_dataclass_made_by_its_init() -> None:

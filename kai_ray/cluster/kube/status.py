@@ -866,9 +866,13 @@ class QueueArrays(Protocol):
     """The parts of the engine's ``QueueBook`` that queue status is made of (columns cpu, memory, gpu)."""
 
     names: list[str]
-    allocated: Any
-    allocated_non_preemptible: Any
     request: Any
+
+    @property
+    def allocated(self) -> Any: ...
+
+    @property
+    def allocated_non_preemptible(self) -> Any: ...
 
 
 def queue_usage_from_book(book: QueueArrays) -> dict[str, dict[str, dict[str, str]]]:

@@ -75,7 +75,7 @@ class ProportionPlugin(Plugin):
         over_utilized, starved, zero_share_used = True, True, False
         with_job: float | None = None
         allocated: float | None = None
-        used_row, wanted_row = book.allocated_rows[row].tolist(), job.tolist()
+        used_row, wanted_row = book.allocated_rows[row], job.tolist()
         row_terms = self._order_terms[row]
         # By index over a constant tuple, not over a `zip` of the three lists: building the zip
         # and unpacking its nested tuples cost about as much as the arithmetic. Comparisons with
@@ -147,9 +147,10 @@ class ProportionPlugin(Plugin):
         book = self.session.queues
         for row in book.chains[job.queue]:
             limit = book.limit[row]
-            over = (limit != UNLIMITED) & (vector > 0) & (book.allocated[row] + vector > limit + EPSILON)
+            allocated = book.allocated_row(row)
+            over = (limit != UNLIMITED) & (vector > 0) & (allocated + vector > limit + EPSILON)
             if over.any():
-                message = _describe(book.names[row], "limit", over, book.allocated[row], vector, limit)
+                message = _describe(book.names[row], "limit", over, allocated, vector, limit)
                 return PendingReason(PendingCause.OVER_LIMIT, message)
         return self._quota_problem(job, vector)
 
@@ -159,7 +160,7 @@ class ProportionPlugin(Plugin):
         book = self.session.queues
         for row in book.chains[job.queue]:
             deserved = book.deserved[row]
-            used = book.allocated_non_preemptible[row]
+            used = book.protected_row(row)
             over = (deserved != UNLIMITED) & (vector > 0) & (used + vector > deserved + EPSILON)
             if over.any():
                 message = _describe(
