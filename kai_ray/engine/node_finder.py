@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import struct
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -36,7 +37,7 @@ from kai_ray.engine.plugins.scoring import (
 )
 from kai_ray.identity_cache import IdentityCache
 from kai_ray.model.objects import TaskSpec
-from kai_ray.model.resources import EPSILON
+from kai_ray.model.resources import EPSILON, NUM_RESOURCES
 
 if TYPE_CHECKING:
     from kai_ray.engine.session import Session
@@ -404,8 +405,8 @@ class NodeFinder:
             state = (
                 frontier.passes_filters[row],
                 self._allocatable[row],
-                nodes.idle_rows[row].tobytes(),
-                nodes.releasing_rows[row].tobytes(),
+                _row_bytes(*nodes.idle_rows[row]),
+                _row_bytes(*nodes.releasing_rows[row]),
             )
             known = frontier.scored.get(state)
             if known is None:
@@ -432,8 +433,8 @@ class NodeFinder:
             return bool(feasible[0]), float(scores[0])
         nodes = self.session.nodes
         request = task.request.tolist()
-        releasing = nodes.releasing_rows[row].tolist()
-        idle = nodes.idle_rows[row].tolist()
+        releasing = nodes.releasing_rows[row]
+        idle = nodes.idle_rows[row]
         states = [idle]
         while len(states) <= LOOK_AHEAD and _holds(request, idle, releasing):
             idle = [free - wanted for free, wanted in zip(idle, request, strict=True)]
@@ -444,7 +445,7 @@ class NodeFinder:
             specs=[nodes.table.specs[row]] * count,
             allocatable=np.repeat(nodes.table.allocatable[row : row + 1], count, axis=0),
             idle=np.array(states),
-            releasing=np.repeat(nodes.releasing[row : row + 1], count, axis=0),
+            releasing=np.array([releasing] * count),
             schedulable=np.ones(count, dtype=bool),
             has_open_group=np.zeros(count, dtype=bool),
         )
@@ -457,6 +458,10 @@ class NodeFinder:
             _remember(frontier.scored, (passes, allocatable, state.tobytes(), releasing_bytes), answer)
         return answers[0]
 
+
+_row_bytes = struct.Struct(f"{NUM_RESOURCES}d").pack
+"""A row's floats as the bytes of their float64 array (native order, as `tobytes` gives), without
+making the array: the key a row state is remembered under."""
 
 LOOK_AHEAD = 8
 """At most this many successor states of a row are scored along with it (`_scored_ahead`): a

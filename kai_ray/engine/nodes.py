@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kai_ray.distributed import kernels
-from kai_ray.engine.jobs import Task, task_request
+from kai_ray.engine.jobs import RequestFloats, Task, task_request_floats
 from kai_ray.model.objects import OCCUPYING, PIPELINED, RELEASING, HeldPod, TaskSpec, TaskStatus
-from kai_ray.model.resources import EPSILON, GPU
+from kai_ray.model.resources import CPU, EPSILON, GPU, MEMORY, PODS
 from kai_ray.model.snapshot import NodeTable
 
 
@@ -72,13 +72,11 @@ class NodeState:
 
     def __init__(self, table: NodeTable, held: Sequence[HeldPod] = ()) -> None:
         self.table = table
-        self.idle = table.allocatable.copy()
-        self.releasing = np.zeros_like(self.idle)
-        self.idle_rows: list[np.ndarray] = list(self.idle)
-        self.releasing_rows: list[np.ndarray] = list(self.releasing)
-        """Each row of `idle` and `releasing` as a view made once (the arrays change only in
-        place): placing a pod reads or changes a row several times, and indexing the array
-        makes a new view each time."""
+        self.idle_rows: list[list[float]] = table.allocatable.tolist()
+        self.releasing_rows: list[list[float]] = np.zeros_like(table.allocatable).tolist()
+        """What each row has idle and releasing as plain floats, the state's own record: placing a
+        pod changes a row and reads it several times, and a numpy call on four floats costs more
+        than the arithmetic. The arrays (`idle`, `releasing`) catch up with them when read."""
         self.gpu_memory: list[float] = table.gpu_memory.tolist()
         """Each row's GPU memory as a plain float (the table's, converted once): a plan reads it
         for every placed pod, and indexing the array makes a numpy scalar each time."""
@@ -89,13 +87,43 @@ class NodeState:
             spec = pod.task
             if spec.node is not None and spec.status in OCCUPYING:
                 row = table.index[spec.node]
-                self._charge(row, task_request(spec), spec.status, +1.0)
+                self._charge(row, task_request_floats.of(spec), spec.status, +1.0)
                 if spec.is_shared_gpu:
                     self._apply_groups(-1 - offset, spec, spec.gpu_groups, spec.status, row, +1.0)
+        self._idle = np.array(self.idle_rows, dtype=float).reshape(table.allocatable.shape)
+        self._releasing = np.array(self.releasing_rows, dtype=float).reshape(table.allocatable.shape)
+        self._read_only = _read_only(self._idle), _read_only(self._releasing)
+        """Views of the two arrays that refuse writes: a write there would not reach the rows."""
         self.changed_rows: list[int] = []
         """Every row touched, in order: lets cached per-row scores know what went stale."""
+        self._caught_up = 0
+        """How many of `changed_rows` the arrays have caught up with."""
         self.left_behind: dict[int, int] = {}
         """Task uid → the row an evicted task moved away from, where its share stays releasing."""
+
+    @property
+    def idle(self) -> np.ndarray:
+        """Per row, what is idle (read only: the rows change in `idle_rows`)."""
+        self._catch_up()
+        return self._read_only[0]
+
+    @property
+    def releasing(self) -> np.ndarray:
+        """Per row, what releasing tasks free minus what pipelined ones wait for (read only)."""
+        self._catch_up()
+        return self._read_only[1]
+
+    def _catch_up(self) -> None:
+        """Copy the rows changed since the arrays were last read into them: a row's floats as
+        they are, each changed row once however many pods it took."""
+        changed = self.changed_rows
+        if self._caught_up == len(changed):
+            return
+        idle, releasing = self._idle, self._releasing
+        for row in set(changed[self._caught_up :]):
+            idle[row] = self.idle_rows[row]
+            releasing[row] = self.releasing_rows[row]
+        self._caught_up = len(changed)
 
     def add(self, task: Task) -> None:
         self._apply(task, +1.0)
@@ -104,8 +132,10 @@ class NodeState:
         """Book what the snapshot's tasks that share no GPU hold, added up per row (`booking`):
         `used` leaves idle, `releasing` is what releasing tasks free minus what pipelined ones
         wait for.  No row is noted as changed: nothing has ranked a row yet."""
-        self.idle -= used
-        self.releasing += releasing
+        self._catch_up()
+        self._idle -= used
+        self._releasing += releasing
+        self.idle_rows, self.releasing_rows = self._idle.tolist(), self._releasing.tolist()
 
     def remove(self, task: Task) -> None:
         self._apply(task, -1.0)
@@ -132,25 +162,22 @@ class NodeState:
             return
         row = task.node
         self.changed_rows.append(row)
-        self._charge(row, task.request, task.status, sign)
+        self._charge(row, task.request_floats, task.status, sign)
         if task.is_shared_gpu:
             self._apply_groups(task.uid, task.spec, task.groups, task.status, row, sign)
 
-    def _charge(self, row: int, request: np.ndarray, status: TaskStatus, sign: float) -> None:
-        # Adding takes the request itself (the same floats as 1.0 times it), without a new array;
-        # a row changes in place through its view: the same ufunc as `self.idle[row] -= delta`,
-        # without that statement's write of the row back onto itself. This runs for every pod placed.
-        delta = request if sign == 1.0 else sign * request
+    def _charge(self, row: int, request: RequestFloats, status: TaskStatus, sign: float) -> None:
+        # Float by float, in plain Python: the very floats numpy's `idle[row] -= sign * request`
+        # gives (one IEEE operation per column either way), without a numpy call per pod placed.
+        # Adding takes the request itself (the same floats as 1.0 times it).
+        cpu, memory, gpus, pods = request if sign == 1.0 else [sign * wanted for wanted in request]
         if status == RELEASING:
-            releasing, idle = self.releasing_rows[row], self.idle_rows[row]
-            releasing += delta
-            idle -= delta
+            _give(self.releasing_rows[row], cpu, memory, gpus, pods)
+            _take(self.idle_rows[row], cpu, memory, gpus, pods)
         elif status == PIPELINED:
-            releasing = self.releasing_rows[row]
-            releasing -= delta
+            _take(self.releasing_rows[row], cpu, memory, gpus, pods)
         else:
-            idle = self.idle_rows[row]
-            idle -= delta
+            _take(self.idle_rows[row], cpu, memory, gpus, pods)
 
     def _apply_groups(
         self,
@@ -171,8 +198,8 @@ class NodeState:
             else:
                 group.members.pop(uid, None)
             after = group.device_usage()
-            self.idle[row, GPU] += after[0] - before[0]
-            self.releasing[row, GPU] += after[1] - before[1]
+            self.idle_rows[row][GPU] += after[0] - before[0]
+            self.releasing_rows[row][GPU] += after[1] - before[1]
             if not group.members:
                 del self.groups[row][group_id]
 
@@ -214,3 +241,23 @@ class NodeState:
                 devices[position] += len(self.fitting_groups(row, memory, idle_only=idle_only))
         shared_fit: np.ndarray = fits & (devices >= task.spec.gpu_devices)
         return shared_fit
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def _give(row: list[float], cpu: float, memory: float, gpus: float, pods: float) -> None:
+    row[CPU] += cpu
+    row[MEMORY] += memory
+    row[GPU] += gpus
+    row[PODS] += pods
+
+
+def _take(row: list[float], cpu: float, memory: float, gpus: float, pods: float) -> None:
+    row[CPU] -= cpu
+    row[MEMORY] -= memory
+    row[GPU] -= gpus
+    row[PODS] -= pods

@@ -9,7 +9,7 @@ always say why.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,14 +57,14 @@ def place_task(
         reason = _node_capacity_problem(session, task, task.spec.gpu)
         if reason:
             return reason
-    if not pipeline_only and _starts_now(task.request.tolist(), session.nodes.idle_rows[best].tolist()):
+    if not pipeline_only and _starts_now(task.request_floats, session.nodes.idle_rows[best]):
         statement.allocate(task, best)
     else:
         statement.pipeline(task, best)
     return None
 
 
-def _starts_now(request: list[float], idle: list[float]) -> bool:
+def _starts_now(request: Sequence[float], idle: list[float]) -> bool:
     """Whether the request fits the idle vector now. Over plain floats: the same IEEE sums and
     comparisons as the numpy expression, without four numpy calls on a vector of four (asked for
     every pod placed); a plain loop rather than `all` over a list comprehension (a call of its

@@ -29,9 +29,11 @@ from random_clusters import (
 
 from kai_ray.distributed.kernels import NodeRanking
 from kai_ray.engine.cycle import run_actions
+from kai_ray.engine.jobs import Task
 from kai_ray.engine.node_finder import NodeFinder, forget_shared_row_scores, score_rows, shared_row_scores
 from kai_ray.engine.plugins.registry import PLUGINS
 from kai_ray.engine.plugins.scoring import NodePlacementPlugin
+from kai_ray.engine.session import Session
 
 pytestmark = pytest.mark.unit
 
@@ -103,8 +105,9 @@ def test_every_remembered_state_scores_as_a_row_in_it_does(drawn: Drawn) -> None
                 for r in range(len(allocatable))
                 if frontier.passes_filters[r] == passes and allocatable[r] == row_allocatable
             )
-            session.nodes.idle[row] = np.frombuffer(idle)
-            session.nodes.releasing[row] = np.frombuffer(releasing)
+            session.nodes.idle_rows[row] = np.frombuffer(idle).tolist()
+            session.nodes.releasing_rows[row] = np.frombuffer(releasing).tolist()
+            session.nodes.changed_rows.append(row)
             feasible, scores = score_rows(session, task, np.array([row]))
             assert (bool(feasible[0]), float(scores[0])) == remembered
 
@@ -117,11 +120,19 @@ def test_the_first_row_to_fill_scores_the_states_ahead_of_it() -> None:
         for pod in session.jobs[0].tasks:
             row = finder.best(pod)
             assert row is not None
-            session.nodes.idle[row] -= pod.request
+            take(session, row, pod)
             session.nodes.changed_rows.append(row)
     assert scored.call_count == 1  # the full scan; the states after it were scored ahead
     frontier = finder._frontiers[finder._key_of(session.jobs[0].tasks[0])]
     assert frontier.scored is not None and len(frontier.scored) == 9  # 8 free GPUs (the scan) to 0
+
+
+def take(session: Session, row: int, pod: Task) -> None:
+    """Take the pod's request from the row's idle floats, as booking it there would."""
+    idle = session.nodes.idle_rows[row]
+    session.nodes.idle_rows[row] = [
+        free - wanted for free, wanted in zip(idle, pod.request.tolist(), strict=True)
+    ]
 
 
 def eight_alike_nodes() -> ClusterBuilder:
@@ -141,7 +152,7 @@ def test_rows_in_a_state_seen_before_are_not_scored_again() -> None:
         row = finder.best(pod)
         assert row is not None
         chosen.append(row)
-        session.nodes.idle[row] -= pod.request
+        take(session, row, pod)
         session.nodes.changed_rows.append(row)
     assert finder.best(task) == 2  # takes in the last placement
     frontier = finder._frontiers[finder._key_of(task)]

@@ -22,8 +22,9 @@ from random_clusters import JobDraw, QueueDraw, full_cycle, running_cluster, sce
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
 from kai_ray.engine.cycle import open_session
 from kai_ray.engine.job_queue import Entry, JobQueue
-from kai_ray.engine.jobs import Job, PodSet, SubGroupSet
+from kai_ray.engine.jobs import Job, PodSet, RequestFloats, SubGroupSet
 from kai_ray.engine.node_finder import shape_key, shape_of
+from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.plan import Bind, new_bind
 from kai_ray.engine.plugins.base import OrderKey
 from kai_ray.engine.plugins.predicates import PredicatesPlugin
@@ -32,7 +33,7 @@ from kai_ray.engine.plugins.topology import TopologyPlugin
 from kai_ray.engine.queues import Charge, QueueBook
 from kai_ray.engine.reasons import PendingCause
 from kai_ray.engine.session import Session, whole_gpu_charge
-from kai_ray.model.objects import UNLIMITED
+from kai_ray.model.objects import PIPELINED, RELEASING, UNLIMITED, TaskStatus
 from kai_ray.model.resources import EPSILON
 from kai_ray.model.snapshot import compile_snapshot
 
@@ -303,21 +304,6 @@ def test_fairness_requests_made_once_per_lone_spec_are_the_summed_ones(
                     assert not request.flags.writeable
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios)
-def test_row_views_made_once_are_still_the_rows_after_a_cycle(
-    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
-) -> None:
-    """Node rows are changed through views made when the session opened: each must still be its
-    array's row (sharing its memory) once a whole cycle has changed them."""
-    nodes = cycled(drawn).session.nodes
-    pairs = [(nodes.idle, nodes.idle_rows), (nodes.releasing, nodes.releasing_rows)]
-    for array, rows in pairs:
-        assert len(rows) == len(array)
-        for row, view in enumerate(rows):
-            assert np.shares_memory(view, array[row]) and view.tobytes() == array[row].tobytes()
-
-
 def numpy_charge(
     book: QueueBook, queue: str, vector: Charge, non_preemptible: bool, sign: float = 1.0
 ) -> None:
@@ -334,22 +320,48 @@ def numpy_charge(
     book._arrays = None
 
 
+def numpy_node_charge(
+    nodes: NodeState, row: int, request: RequestFloats, status: TaskStatus, sign: float
+) -> None:
+    """A node charge the long way: the row's idle and releasing as numpy arrays, `sign * request`
+    added to or taken from them in place, as the task's status books it."""
+    delta = sign * np.array(request)
+    idle, releasing = np.array(nodes.idle_rows[row]), np.array(nodes.releasing_rows[row])
+    if status == RELEASING:
+        releasing += delta
+        idle -= delta
+    elif status == PIPELINED:
+        releasing -= delta
+    else:
+        idle -= delta
+    nodes.idle_rows[row], nodes.releasing_rows[row] = idle.tolist(), releasing.tolist()
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios)
-def test_queue_rows_in_plain_floats_hold_what_numpy_charges_add_up_to(
+def test_rows_in_plain_floats_hold_what_numpy_charges_add_up_to(
     drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
 ) -> None:
-    """The queue book charges its rows float by float: after a whole cycle (charges, their
-    reversals, evictions) they hold the very floats numpy's in-place adds give, and the plan is
-    the same."""
-    with mock.patch.object(QueueBook, "charge", numpy_charge):
+    """Node and queue rows are charged float by float: after a whole cycle (charges, their
+    reversals, evictions) they hold the very floats numpy's in-place adds give, the plan is the
+    same, and the arrays made from the rows when read hold the rows' floats."""
+    with (
+        mock.patch.object(QueueBook, "charge", numpy_charge),
+        mock.patch.object(NodeState, "_charge", numpy_node_charge),
+    ):
         long_way = cycled(drawn)
     result = cycled(drawn)
     assert result.plan == long_way.plan
     book, numpy_book = result.session.queues, long_way.session.queues
     assert book.allocated.tobytes() == numpy_book.allocated.tobytes()
     assert book.allocated_non_preemptible.tobytes() == numpy_book.allocated_non_preemptible.tobytes()
-    assert all(type(value) is float for row in book.allocated_rows for value in row)
+    nodes, numpy_nodes = result.session.nodes, long_way.session.nodes
+    assert np.array(nodes.idle_rows).tobytes() == np.array(numpy_nodes.idle_rows).tobytes()
+    assert np.array(nodes.releasing_rows).tobytes() == np.array(numpy_nodes.releasing_rows).tobytes()
+    assert nodes.idle.tobytes() == np.array(nodes.idle_rows).tobytes()
+    assert nodes.releasing.tobytes() == np.array(nodes.releasing_rows).tobytes()
+    rows = [*book.allocated_rows, *nodes.idle_rows, *nodes.releasing_rows]
+    assert all(type(value) is float for row in rows for value in row)
 
 
 def walked_topology(group: SubGroupSet | PodSet) -> bool:
@@ -366,8 +378,8 @@ def test_answers_remembered_per_spec_are_the_ones_asked_afresh(
 ) -> None:
     """After a whole cycle: the topology plugin's verdict per tree spec is the walk of each job's
     tree, a whole-GPU pod's remembered queue charge is what placing it on any row charges, a
-    group of one pod set is ready as its members count says, and a task shares GPUs as its spec
-    says."""
+    group of one pod set is ready as its members count says, and a task shares GPUs and asks for
+    the floats of its request array as its spec says."""
     session = cycled(drawn).session
     topology = next(p for p in session.plugins if isinstance(p, TopologyPlugin))
     rows = range(len(session.nodes.table))
@@ -377,6 +389,8 @@ def test_answers_remembered_per_spec_are_the_ones_asked_afresh(
         assert root.ready() == (len([m for m in root.members if m.ready()]) >= root.min_members())
         for task in job.tasks:
             assert task.is_shared_gpu == task.spec.is_shared_gpu
+            assert np.array(task.request_floats).tobytes() == task.request.tobytes()
+            assert all(type(value) is float for value in task.request_floats)
             if task.is_shared_gpu:
                 continue
             charge = whole_gpu_charge(task.spec)
