@@ -19,17 +19,13 @@ from __future__ import annotations
 import heapq
 import itertools
 
-import numpy as np
-
 from kai_ray.engine.gang import tasks_to_allocate
 from kai_ray.engine.jobs import Job
 from kai_ray.engine.plugins.base import OrderKey
-from kai_ray.engine.session import Session
+from kai_ray.engine.session import FairnessFloats, Session
 
 HeapEntry = tuple[OrderKey, int, Job]
-Request = tuple[np.ndarray, bytes]
-"""A job's request and its bytes (what the session's queue order cache keys it by)."""
-Best = tuple[str, Job, Request]
+Best = tuple[str, Job, FairnessFloats]
 """The leaf queue, its best job and that job's request."""
 Entry = tuple[Best, OrderKey]
 """A queue's best job below it and the queue's order key with that job's request."""
@@ -41,7 +37,7 @@ class JobQueue:
     ) -> None:
         self.session = session
         self.pending = pending
-        self._next_request: dict[Job, Request] = {}
+        self._next_request: dict[Job, FairnessFloats] = {}
         self._heaps: dict[str, list[HeapEntry]] = {}
         self._sequence = itertools.count()
         self._stamps: dict[str, int] = dict.fromkeys(session.queues.names, 0)
@@ -119,14 +115,14 @@ class JobQueue:
         self._known[queue] = (count, entry)
         return entry
 
-    def _request_of(self, job: Job) -> Request:
+    def _request_of(self, job: Job) -> FairnessFloats:
         """What the job's next attempt would take; only changes when the job itself is placed.
-        Its bytes are taken once with it: queue order keys it by them on every pop."""
+        As floats with its bytes: queue order reads the floats and keys its cache by the bytes."""
         request = self._next_request.get(job)
         if request is None:
             tasks = tasks_to_allocate(self.session, job, self.pending)
-            vector = self.session.fairness_request(tasks, self.session.min_gpu_memory)
-            request = self._next_request[job] = (vector, vector.tobytes())
+            session = self.session
+            request = self._next_request[job] = session.fairness_request_floats(tasks, session.min_gpu_memory)
         return request
 
     def _best_among(self, queues: list[str]) -> Best | None:

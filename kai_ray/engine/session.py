@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import struct
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -44,6 +45,9 @@ from kai_ray.model.snapshot import NodeTable, Snapshot
 log = logging.getLogger(__name__)
 
 DEFAULT_GPU_MEMORY_MIB = 100.0
+
+FairnessFloats = tuple[Charge, bytes]
+"""A fairness request's floats (cpu, memory, GPUs) and the bytes of its array."""
 
 
 class Session:
@@ -284,15 +288,18 @@ class Session:
             request = lone_request.of(tasks[0].spec)
             if request is not None:
                 return request
-        # Summed in plain floats, in task order from 0.0: the very floats a numpy running sum
-        # gives, without a numpy call per task (queue order asks this of every job it weighs).
-        cpu = memory = gpus = 0.0
-        for task in tasks:
-            spec = task.spec
-            cpu += spec.cpu_millis
-            memory += spec.memory
-            gpus += spec.accepted_gpus(gpu_memory)
-        return np.array((cpu, memory, gpus))
+        return np.array(_summed_request(tasks, gpu_memory))
+
+    def fairness_request_floats(self, tasks: Sequence[Task], gpu_memory: float) -> FairnessFloats:
+        """`fairness_request` as floats with its array's bytes, without the array: what queue
+        order reads (the floats) and keys its cache by (the bytes), asked once per pod placed.
+        A lone task that shares no GPU has them made once per spec, as its array is."""
+        if len(tasks) == 1:
+            request = lone_request_floats.of(tasks[0].spec)
+            if request is not None:
+                return request
+        floats = _summed_request(tasks, gpu_memory)
+        return floats, _REQUEST_BYTES.pack(*floats)
 
     def free_gpus(self) -> np.ndarray:
         """Whole GPUs per node that are idle or on their way to being idle."""
@@ -352,26 +359,26 @@ class Session:
 
         return sorted(members, key=key)
 
-    def queue_order_key(self, queue: str, job: np.ndarray, job_bytes: bytes | None = None) -> OrderKey:
-        """Cached until the queue's accounting changes or the job vector differs. `job_bytes`:
-        `job.tobytes()` when the caller has it (the job queue keeps it with each request).
+    def queue_order_key(self, queue: str, job: Sequence[float], job_bytes: bytes) -> OrderKey:
+        """Cached until the queue's accounting changes or the job vector differs. `job`: the
+        job's fairness vector as floats; `job_bytes`: its array's bytes (what the cache keys it
+        by; the job queue keeps them with each request, `fairness_request_floats`).
 
         Only the key of a request's latest version is kept: versions only grow, so an older one
         is never asked again, and replacing it keeps the cache from growing with every charge."""
         book = self.queues
-        request = job.tobytes() if job_bytes is None else job_bytes
         version = book.versions[book.index[queue]]
         by_request = self._queue_keys.get(queue)
         if by_request is None:
             by_request = self._queue_keys[queue] = {}
-        known = by_request.get(request)
+        known = by_request.get(job_bytes)
         if known is not None and known[0] == version:
             return known[1]
         key = self._queue_order_key(queue, job)
-        by_request[request] = (version, key)
+        by_request[job_bytes] = (version, key)
         return key
 
-    def _queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey:
+    def _queue_order_key(self, queue: str, job: Sequence[float]) -> OrderKey:
         plugins = self.hooked["queue_order_key"]
         if len(plugins) == 1:
             # One plugin orders queues (the default set): its key as a tuple, without building
@@ -538,7 +545,38 @@ def _lone_request(spec: TaskSpec) -> np.ndarray | None:
 
 lone_request = IdentityCache(_lone_request)
 """A lone task's `Session.fairness_request`, made once per pod spec: building the array was most
-of a request's cost, and the job queue asks one per pod placed."""
+of a request's cost."""
+
+
+def _lone_request_floats(spec: TaskSpec) -> FairnessFloats | None:
+    """`lone_request`'s floats and bytes (`Session.fairness_request_floats`), None as it is."""
+    request = lone_request.of(spec)
+    if request is None:
+        return None
+    cpu, memory, gpus = request.tolist()
+    return (cpu, memory, gpus), request.tobytes()
+
+
+lone_request_floats = IdentityCache(_lone_request_floats)
+"""A lone task's `Session.fairness_request_floats`, made once per pod spec: the job queue asks one
+per pod placed, and `tobytes` per request and `tolist` per queue order key were most of it."""
+
+
+def _summed_request(tasks: Sequence[Task], gpu_memory: float) -> Charge:
+    """The tasks' fairness request summed in plain floats, in task order from 0.0: the very floats
+    a numpy running sum gives, without a numpy call per task (queue order asks this of every job
+    it weighs)."""
+    cpu = memory = gpus = 0.0
+    for task in tasks:
+        spec = task.spec
+        cpu += spec.cpu_millis
+        memory += spec.memory
+        gpus += spec.accepted_gpus(gpu_memory)
+    return cpu, memory, gpus
+
+
+_REQUEST_BYTES = struct.Struct("=3d")
+"""Three floats packed as a float64 array of them holds them: the bytes `tobytes` gives."""
 
 
 def gpu_memory_bounds(table: NodeTable) -> tuple[float, float]:

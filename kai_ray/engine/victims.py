@@ -156,7 +156,8 @@ class VictimQueue:
         for queue in queues:
             if not self._has_victims(queue):
                 continue
-            key = self.session.queue_order_key(queue, -self._taken.get(queue, np.zeros(3)))
+            taken = -self._taken.get(queue, np.zeros(3))
+            key = self.session.queue_order_key(queue, taken.tolist(), taken.tobytes())
             if (
                 worst is None
                 or key > worst_key

@@ -9,7 +9,7 @@ task by task, or compare each remembered answer with one asked afresh.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from unittest import mock
 
@@ -81,7 +81,7 @@ def whole_plan(drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobD
     return (plan.binds, plan.pipelined, plan.evictions, plan.pending_reasons, plan.tasks)
 
 
-QueueKeyCheck = Callable[[Session, str, np.ndarray, "bytes | None", OrderKey], "bool | None"]
+QueueKeyCheck = Callable[[Session, str, Sequence[float], bytes, OrderKey], "bool | None"]
 
 
 def queue_keys_checked(
@@ -93,7 +93,7 @@ def queue_keys_checked(
     asked = Session.queue_order_key
     verdicts: list[bool] = []
 
-    def checked(self: Session, queue: str, job: np.ndarray, job_bytes: bytes | None = None) -> OrderKey:
+    def checked(self: Session, queue: str, job: Sequence[float], job_bytes: bytes) -> OrderKey:
         key = asked(self, queue, job, job_bytes)
         verdict = check(self, queue, job, job_bytes, key)
         if verdict is not None:
@@ -229,7 +229,7 @@ def test_queue_order_keys_are_the_spelled_out_rules(
     ]
     for queue in session.queues.names:
         for request in requests:
-            assert proportion.queue_order_key(queue, request) == spelled_out_queue_key(
+            assert proportion.queue_order_key(queue, request.tolist()) == spelled_out_queue_key(
                 session, queue, request
             )
 
@@ -250,9 +250,10 @@ def test_queue_order_keys_rank_queue_priorities_as_the_spelled_out_rules() -> No
     proportion = next(p for p in session.plugins if isinstance(p, ProportionPlugin))
     for queue in session.queues.names:
         for request in (np.zeros(3), np.array([0.0, 0.0, 1.0])):
-            key = proportion.queue_order_key(queue, request)
+            key = proportion.queue_order_key(queue, request.tolist())
             assert key == spelled_out_queue_key(session, queue, request)
-    assert proportion.queue_order_key("high", np.zeros(3)) < proportion.queue_order_key("low", np.zeros(3))
+    nothing = [0.0, 0.0, 0.0]
+    assert proportion.queue_order_key("high", nothing) < proportion.queue_order_key("low", nothing)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -260,11 +261,12 @@ def test_queue_order_keys_rank_queue_priorities_as_the_spelled_out_rules() -> No
 def test_request_bytes_the_job_queue_hands_queue_order_are_the_requests_own(
     drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
 ) -> None:
-    """The job queue keeps each request's bytes with it; a stale copy would read another job's
-    cached key."""
+    """The job queue keeps each request's bytes with its floats; a stale copy would read another
+    job's cached key, and bytes other than the floats' array's would key them apart from the
+    victims' requests."""
 
-    def own_bytes(_s: Session, _q: str, job: np.ndarray, sent: bytes | None, _k: OrderKey) -> bool | None:
-        return None if sent is None else sent == job.tobytes()
+    def own_bytes(_s: Session, _q: str, job: Sequence[float], sent: bytes, _k: OrderKey) -> bool:
+        return sent == np.array(job).tobytes()
 
     handed = queue_keys_checked(drawn, own_bytes)
     assert handed and all(handed)
@@ -289,7 +291,8 @@ def test_fairness_requests_made_once_per_lone_spec_are_the_summed_ones(
     drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
 ) -> None:
     """A lone task's request, made once per spec, is the very floats summing it afresh gives on
-    either GPU memory the session asks about; a gang's request is summed afresh."""
+    either GPU memory the session asks about; a gang's request is summed afresh. The floats and
+    bytes queue order is handed are the array's, made once per spec or afresh alike."""
     session = cycled(drawn).session
     for job in session.jobs:
         groups = [[task] for task in job.tasks] + [job.tasks]
@@ -300,6 +303,9 @@ def test_fairness_requests_made_once_per_lone_spec_are_the_summed_ones(
                 for task in tasks:  # a numpy running sum, as the request's docstring says
                     fresh += [task.spec.cpu_millis, task.spec.memory, task.spec.accepted_gpus(gpu_memory)]
                 assert request.tobytes() == fresh.tobytes()
+                floats, packed = session.fairness_request_floats(tasks, gpu_memory)
+                assert np.array(floats).tobytes() == packed == fresh.tobytes()
+                assert all(type(value) is float for value in floats)
                 if len(tasks) == 1 and not tasks[0].is_shared_gpu:
                     assert not request.flags.writeable
 

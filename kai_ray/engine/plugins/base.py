@@ -8,6 +8,7 @@ are summed, node filters are ANDed, job checks stop at the first failure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -62,8 +63,9 @@ class Plugin:
     def subgroup_order_key(self, member: SubGroupSet | PodSet) -> OrderKey | None:
         return None
 
-    def queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey | None:
-        """Sort key of a queue whose best pending job would take `job` (fairness vector)."""
+    def queue_order_key(self, queue: str, job: Sequence[float]) -> OrderKey | None:
+        """Sort key of a queue whose best pending job would take `job` (fairness vector: cpu,
+        memory, GPUs as plain floats, as queue order asks it on every pop)."""
         return None
 
     def queue_tiebreak(self, left: str, right: str) -> int | None:

@@ -6,6 +6,8 @@ every virtual placement); this plugin decides what the numbers mean.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from kai_ray.engine.jobs import Job, Task
@@ -62,7 +64,7 @@ class ProportionPlugin(Plugin):
         self._ranks = [-spec.priority for spec in book.specs]
         """Per queue row, its priority as queue order sorts it (the higher first)."""
 
-    def queue_order_key(self, queue: str, job: np.ndarray) -> OrderKey:
+    def queue_order_key(self, queue: str, job: Sequence[float]) -> OrderKey:
         """§5.2 rules 1-6 as a sort key: smaller goes first.
 
         Plain floats, not numpy, and one pass without helper calls or lists: this runs for every
@@ -75,14 +77,14 @@ class ProportionPlugin(Plugin):
         over_utilized, starved, zero_share_used = True, True, False
         with_job: float | None = None
         allocated: float | None = None
-        used_row, wanted_row = book.allocated_rows[row], job.tolist()
+        used_row = book.allocated_rows[row]
         row_terms = self._order_terms[row]
         # By index over a constant tuple, not over a `zip` of the three lists: building the zip
         # and unpacking its nested tuples cost about as much as the arithmetic. Comparisons with
         # float literals: a float compared with an int takes the interpreter's slow path.
         for resource in RESOURCE_INDICES:
             used = used_row[resource]
-            after = used + wanted_row[resource]
+            after = used + job[resource]
             entitled_none, bound, fair, ceiling = row_terms[resource]
             if over_utilized and not fair < used:
                 over_utilized = False
