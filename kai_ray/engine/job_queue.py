@@ -42,8 +42,9 @@ class JobQueue:
         self._sequence = itertools.count()
         self._stamps: dict[str, int] = dict.fromkeys(session.queues.names, 0)
         """Queue → pushes and pops so far in its subtree."""
-        self._known: dict[str, tuple[int, Entry | None]] = {}
-        """Queue → (its version plus its stamp then, its entry then): see `_entry`."""
+        self._known: dict[str, tuple[int, int, Entry | None]] = {}
+        """Queue → (its version plus its stamp then, its version then, its entry then): see
+        `_entry`."""
         self._rows = session.queues.index
         """Queue → its row in the session's `QueueBook` (fixed for the session)."""
         self._top_level = session.queues.top_level()
@@ -97,11 +98,20 @@ class JobQueue:
         """The queue's best job below it and its order key, remembered while neither the queue's
         version nor its stamp changes (see the module's docstring). Both counts only grow, so
         their sum changes whenever either does: one comparison per queue asked (a pop asks two
-        queues per level, and one of each pair is the queue the last placement left alone)."""
-        count = self.session.queues.versions[self._rows[queue]] + self._stamps[queue]
+        queues per level, and one of each pair is the queue the last placement left alone).
+
+        A key asked after the queue's version moved since this queue last asked is computed
+        without the session's cache: the cache keeps keys by version, so it could only answer one
+        some other caller asked at the new version, and after a placement (almost every pop)
+        none has; looking it up and storing it cost a third of a key. The cache still serves the
+        first key of each queue and keys asked at an unchanged version (a job that placed nothing
+        leaves the next one, often alike, the same queue state)."""
+        session = self.session
+        version = session.queues.versions[self._rows[queue]]
+        count = version + self._stamps[queue]
         known = self._known.get(queue)
         if known is not None and known[0] == count:
-            return known[1]
+            return known[2]
         children = self._children.get(queue)
         if children is None:
             heap = self._heaps.get(queue)
@@ -111,8 +121,11 @@ class JobQueue:
         entry = None
         if best is not None:
             vector, vector_bytes = best[2]
-            entry = (best, self.session.queue_order_key(queue, vector, vector_bytes))
-        self._known[queue] = (count, entry)
+            if known is not None and known[1] != version:
+                entry = (best, session.uncached_queue_order_key(queue, vector))
+            else:
+                entry = (best, session.queue_order_key(queue, vector, vector_bytes))
+        self._known[queue] = (count, version, entry)
         return entry
 
     def _request_of(self, job: Job) -> FairnessFloats:

@@ -374,11 +374,13 @@ class Session:
         known = by_request.get(job_bytes)
         if known is not None and known[0] == version:
             return known[1]
-        key = self._queue_order_key(queue, job)
+        key = self.uncached_queue_order_key(queue, job)
         by_request[job_bytes] = (version, key)
         return key
 
-    def _queue_order_key(self, queue: str, job: Sequence[float]) -> OrderKey:
+    def uncached_queue_order_key(self, queue: str, job: Sequence[float]) -> OrderKey:
+        """`queue_order_key` computed afresh, neither looked up nor kept: for a caller that knows
+        the cache cannot hold it (see `JobQueue._entry`)."""
         plugins = self.hooked["queue_order_key"]
         if len(plugins) == 1:
             # One plugin orders queues (the default set): its key as a tuple, without building
