@@ -93,8 +93,12 @@ class RayPoolRunner:
             try:
                 results[pool] = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
             except ray.exceptions.RayError as error:
-                with contextlib.suppress(ray.exceptions.RayError, ValueError, TypeError):
-                    ray.cancel(ref, force=True)
+                if isinstance(error, ray.exceptions.GetTimeoutError):
+                    # Still running: interrupted, not force-killed. Ray's force cancel of a running
+                    # task can race with the task's own reply and abort the driver on a failed
+                    # check (ray-project/ray#54798); a task that failed has nothing to cancel.
+                    with contextlib.suppress(ray.exceptions.RayError, ValueError, TypeError):
+                        ray.cancel(ref, force=False)
                 log.warning("node pool %r: its Ray task failed (%s); scheduling it in-process", pool, error)
                 self.fallbacks.append(pool)
                 results[pool] = work(inputs[pool])
