@@ -247,13 +247,34 @@ def test_queue_order_keys_rank_queue_priorities_as_the_spelled_out_rules() -> No
         .build()
     )
     session = open_session(compile_snapshot(state), config())
-    proportion = next(p for p in session.plugins if isinstance(p, ProportionPlugin))
-    for queue in session.queues.names:
-        for request in (np.zeros(3), np.array([0.0, 0.0, 1.0])):
-            key = proportion.queue_order_key(queue, request.tolist())
-            assert key == spelled_out_queue_key(session, queue, request)
+    proportion = keys_spelled_out(session, [np.zeros(3), np.array([0.0, 0.0, 1.0])])
     nothing = [0.0, 0.0, 0.0]
     assert proportion.queue_order_key("high", nothing) < proportion.queue_order_key("low", nothing)
+
+
+def test_queue_order_keys_of_queues_entitled_to_none_are_the_spelled_out_rules() -> None:
+    """A queue entitled to no GPUs divides its GPU share by a zero bound (penalised instead) and
+    uses what it may not: the terms' rarer paths, which the random clusters do not reach."""
+    builder = cluster().node("n0", gpus=8).queue("dept")
+    builder.queue("none", parent="dept", gpu_limit=0.0, cpu_quota=4000.0, memory_quota=1000.0)
+    builder.queue("some", parent="dept", gpu_quota=2.0, memory_quota=1000.0, created=1.0)
+    session = open_session(compile_snapshot(builder.job("in-some", queue="some", gpus=2.0).build()), config())
+    session.queues.charge("none", (1000.0, 1.0, 0.0), non_preemptible=False)
+    session.queues.charge("some", (1e12, 1e15, 0.0), non_preemptible=False)  # over in all but GPUs
+    requests = [np.zeros(3), np.array([0.0, 0.0, 1.0]), np.array([5000.0, 0.0, 0.0])]
+    terms = keys_spelled_out(session, requests)._order_terms[session.queues.index["none"]]
+    assert terms[2] is not None and terms[4]  # entitled to none of a resource, a zero bound
+
+
+def keys_spelled_out(session: Session, requests: list[np.ndarray]) -> ProportionPlugin:
+    """The session's proportion plugin, once its queue order key of every queue and request is
+    checked against the spelled-out rules."""
+    proportion = next(p for p in session.plugins if isinstance(p, ProportionPlugin))
+    for queue in session.queues.names:
+        for request in requests:
+            key = proportion.queue_order_key(queue, request.tolist())
+            assert key == spelled_out_queue_key(session, queue, request)
+    return proportion
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

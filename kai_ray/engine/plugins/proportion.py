@@ -16,9 +16,6 @@ from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.model.objects import UNLIMITED
 from kai_ray.model.resources import EPSILON, FAIRNESS_RESOURCES
 
-RESOURCE_INDICES = tuple(range(len(FAIRNESS_RESOURCES)))
-"""Positions of the fairness resources in queue vectors (cpu, memory, gpu)."""
-
 ZERO_SHARE_PENALTY = 1000.0
 """A dominant share's term is what a queue uses of what it may take; where it may take none, the
 use itself, heavily penalised."""
@@ -40,74 +37,65 @@ class ProportionPlugin(Plugin):
         shares = [book.allocatable_share(row).tolist() for row in range(len(book.names))]
         totals = self.session.fairness_totals().tolist()
         self._order_terms = [
-            [
-                (
-                    entitled == 0,
-                    total if entitled == UNLIMITED else entitled,
-                    fair,
-                    None if deserved == UNLIMITED else deserved + EPSILON,
-                )
-                for entitled, total, fair, deserved in zip(
-                    shares[row],
-                    totals,
-                    book.fair_share[row].tolist(),
-                    book.deserved[row].tolist(),
-                    strict=True,
-                )
-            ]
-            for row in range(len(book.names))
+            _order_terms(
+                shares[row], totals, book.fair_share[row].tolist(), book.deserved[row].tolist(), spec.priority
+            )
+            for row, spec in enumerate(book.specs)
         ]
-        """Per queue row and resource, what queue order reads besides allocations, as plain floats
-        settled once fair shares are: whether the queue is entitled to none, the bound its share
-        divides by (the cluster's total where unlimited), its fair share and its deserved quota
-        plus the tolerance (None where unlimited). Every pop reads them for two queues or more."""
-        self._ranks = [-spec.priority for spec in book.specs]
-        """Per queue row, its priority as queue order sorts it (the higher first)."""
+        """Per queue row, what queue order reads besides allocations (`OrderTerms`), settled once
+        fair shares are. Every pop reads them for two queues or more."""
 
     def queue_order_key(self, queue: str, job: Sequence[float]) -> OrderKey:
         """§5.2 rules 1-6 as a sort key: smaller goes first.
 
-        Plain floats, not numpy, and one pass without helper calls or lists: this runs for every
-        queue whose accounting changed on every pop, and the vectors have three entries. The two
-        shares are running maxima, compared as `max` compares (a later term replaces the best
-        only when greater), so they are the floats `max` of the terms gives.
+        Plain floats, not numpy, written out per resource without a loop, lists or helper calls:
+        this runs for every queue whose accounting changed on every pop, and the vectors have
+        three entries (one unpacking each). Each rule is the comparisons it states, joined by
+        `and`/`or` (comparisons of floats have no side effects, so stopping early changes no
+        answer); each comparison is an `if`'s test, as CPython 3.11 compares two floats cheaply
+        only when a jump follows (stored, or under builtin `max`, it costs more than the loop
+        did). The two shares are running maxima over the resources in order, compared as `max`
+        compares (a later term replaces the best only when greater), so they are the floats
+        `max` of the terms gives.
         """
         book = self.session.queues
         row = book.index[queue]
-        over_utilized, starved, zero_share_used = True, True, False
-        with_job: float | None = None
-        allocated: float | None = None
-        used_row = book.allocated_rows[row]
-        row_terms = self._order_terms[row]
-        # By index over a constant tuple, not over a `zip` of the three lists: building the zip
-        # and unpacking its nested tuples cost about as much as the arithmetic. Comparisons with
-        # float literals: a float compared with an int takes the interpreter's slow path.
-        for resource in RESOURCE_INDICES:
-            used = used_row[resource]
-            after = used + job[resource]
-            entitled_none, bound, fair, ceiling = row_terms[resource]
-            if over_utilized and not fair < used:
-                over_utilized = False
-            if starved and ceiling is not None and not after <= ceiling:
-                starved = False
-            if entitled_none and after > 0.0:
-                zero_share_used = True
-            if bound == 0.0:
-                with_job_term, allocated_term = after * ZERO_SHARE_PENALTY, used * ZERO_SHARE_PENALTY
-            else:
-                with_job_term, allocated_term = after / bound, used / bound
-            if with_job is None or with_job_term > with_job:
+        cpu, memory, gpus = book.allocated_rows[row]
+        job_cpu, job_memory, job_gpus = job
+        after_cpu, after_memory, after_gpus = cpu + job_cpu, memory + job_memory, gpus + job_gpus
+        fair, ceiling, none_entitled, bound, penalised, rank = self._order_terms[row]
+        fair_cpu, fair_memory, fair_gpus = fair
+        ceiling_cpu, ceiling_memory, ceiling_gpus = ceiling
+        over_utilized = False
+        if fair_cpu < cpu and fair_memory < memory and fair_gpus < gpus:
+            over_utilized = True
+        starved = False
+        if (
+            (ceiling_cpu is None or after_cpu <= ceiling_cpu)
+            and (ceiling_memory is None or after_memory <= ceiling_memory)
+            and (ceiling_gpus is None or after_gpus <= ceiling_gpus)
+        ):
+            starved = True
+        zero_share_used = False
+        if none_entitled is not None:
+            zero_share_used = _uses_any(none_entitled, (after_cpu, after_memory, after_gpus))
+        if penalised:
+            with_job = _dominant_share((after_cpu, after_memory, after_gpus), bound)
+            allocated = _dominant_share((cpu, memory, gpus), bound)
+        else:
+            bound_cpu, bound_memory, bound_gpus = bound
+            with_job, allocated = after_cpu / bound_cpu, cpu / bound_cpu
+            with_job_term, allocated_term = after_memory / bound_memory, memory / bound_memory
+            if with_job_term > with_job:
                 with_job = with_job_term
-            if allocated is None or allocated_term > allocated:
+            if allocated_term > allocated:
                 allocated = allocated_term
-        return (
-            over_utilized,
-            not starved,
-            self._ranks[row],
-            zero_share_used,
-            0.0 if with_job is None else with_job,
-            0.0 if allocated is None else allocated,
-        )
+            with_job_term, allocated_term = after_gpus / bound_gpus, gpus / bound_gpus
+            if with_job_term > with_job:
+                with_job = with_job_term
+            if allocated_term > allocated:
+                allocated = allocated_term
+        return (over_utilized, not starved, rank, zero_share_used, with_job, allocated)
 
     def queue_tiebreak(self, left: str, right: str) -> int:
         """Rule 7: the queue entitled to less in every resource (and strictly less in one) first."""
@@ -185,3 +173,43 @@ def _describe(
 
 def _fmt(value: float) -> str:
     return f"{value:g}"
+
+
+Floats3 = tuple[float, float, float]
+OrderTerms = tuple[Floats3, tuple[float | None, ...], tuple[bool, ...] | None, Floats3, bool, int]
+"""What queue order reads of a queue besides its allocations: its fair share, its deserved quota
+plus the tolerance (None where unlimited), whether it is entitled to none (None where it is
+entitled to some of every resource), the bound its share divides by (the cluster's total
+where unlimited), whether a bound is zero (a share penalised there), and its priority as queue
+order sorts it (the higher first); per resource where a tuple."""
+
+
+def _order_terms(
+    shares: list[float], totals: list[float], fair: list[float], deserved: list[float], priority: int
+) -> OrderTerms:
+    bound = tuple(
+        total if entitled == UNLIMITED else entitled for entitled, total in zip(shares, totals, strict=True)
+    )
+    none_entitled = tuple(entitled == 0 for entitled in shares)
+    return (
+        (fair[0], fair[1], fair[2]),
+        tuple(None if value == UNLIMITED else value + EPSILON for value in deserved),
+        none_entitled if any(none_entitled) else None,
+        (bound[0], bound[1], bound[2]),
+        any(value == 0.0 for value in bound),
+        -priority,
+    )
+
+
+def _uses_any(none_entitled: tuple[bool, ...], after: Floats3) -> bool:
+    """Whether the queue would use a resource it is entitled to none of (§5.2 rule 4)."""
+    return any(entitled and value > 0.0 for entitled, value in zip(none_entitled, after, strict=True))
+
+
+def _dominant_share(used: Floats3, bound: Floats3) -> float:
+    """The greatest of the resources' shares where a bound is zero (that share the use itself,
+    penalised): in resource order, a later share replacing the best only when greater."""
+    return max(
+        value * ZERO_SHARE_PENALTY if limit == 0.0 else value / limit
+        for value, limit in zip(used, bound, strict=True)
+    )
