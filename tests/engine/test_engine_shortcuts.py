@@ -253,13 +253,20 @@ def test_queue_order_keys_rank_queue_priorities_as_the_spelled_out_rules() -> No
 
 
 def test_queue_order_keys_of_queues_entitled_to_none_are_the_spelled_out_rules() -> None:
-    """A queue entitled to no GPUs divides its GPU share by a zero bound (penalised instead) and
-    uses what it may not: the terms' rarer paths, which the random clusters do not reach."""
+    """Queues entitled to none of a resource divide its share by a zero bound (penalised instead)
+    and use what they may not; quotas of every resource bound whether a queue is starved: the
+    terms' paths the random clusters do not reach, each resource on a queue of its own."""
     builder = cluster().node("n0", gpus=8).queue("dept")
     builder.queue("none", parent="dept", gpu_limit=0.0, cpu_quota=4000.0, memory_quota=1000.0)
     builder.queue("some", parent="dept", gpu_quota=2.0, memory_quota=1000.0, created=1.0)
+    builder.queue("no-cpu", parent="dept", cpu_limit=0.0, created=2.0)
+    builder.queue("no-memory", parent="dept", memory_limit=0.0, created=2.0)
+    builder.queue("tight", parent="dept", cpu_quota=4000.0, memory_quota=1000.0, created=3.0)
     session = open_session(compile_snapshot(builder.job("in-some", queue="some", gpus=2.0).build()), config())
-    session.queues.charge("none", (1000.0, 1.0, 0.0), non_preemptible=False)
+    session.queues.charge("none", (1000.0, 1.0, 1.0), non_preemptible=False)
+    session.queues.charge("no-cpu", (1.0, 0.0, 0.0), non_preemptible=False)
+    session.queues.charge("no-memory", (0.0, 5.0, 0.0), non_preemptible=False)
+    session.queues.charge("tight", (1000.0, 1.0, 0.0), non_preemptible=False)  # within its quotas
     session.queues.charge("some", (1e12, 1e15, 0.0), non_preemptible=False)  # over in all but GPUs
     requests = [np.zeros(3), np.array([0.0, 0.0, 1.0]), np.array([5000.0, 0.0, 0.0])]
     terms = keys_spelled_out(session, requests)._order_terms[session.queues.index["none"]]

@@ -78,10 +78,17 @@ class ProportionPlugin(Plugin):
             starved = True
         zero_share_used = False
         if none_entitled is not None:
-            zero_share_used = _uses_any(none_entitled, (after_cpu, after_memory, after_gpus))
+            none_cpu, none_memory, none_gpus = none_entitled
+            if (
+                (none_cpu and after_cpu > 0.0)
+                or (none_memory and after_memory > 0.0)
+                or (none_gpus and after_gpus > 0.0)
+            ):
+                zero_share_used = True
         if penalised:
-            with_job = _dominant_share((after_cpu, after_memory, after_gpus), bound)
-            allocated = _dominant_share((cpu, memory, gpus), bound)
+            with_job, allocated = _penalised_shares(
+                (after_cpu, after_memory, after_gpus), (cpu, memory, gpus), bound
+            )
         else:
             bound_cpu, bound_memory, bound_gpus = bound
             with_job, allocated = after_cpu / bound_cpu, cpu / bound_cpu
@@ -201,15 +208,22 @@ def _order_terms(
     )
 
 
-def _uses_any(none_entitled: tuple[bool, ...], after: Floats3) -> bool:
-    """Whether the queue would use a resource it is entitled to none of (§5.2 rule 4)."""
-    return any(entitled and value > 0.0 for entitled, value in zip(none_entitled, after, strict=True))
-
-
-def _dominant_share(used: Floats3, bound: Floats3) -> float:
-    """The greatest of the resources' shares where a bound is zero (that share the use itself,
-    penalised): in resource order, a later share replacing the best only when greater."""
-    return max(
-        value * ZERO_SHARE_PENALTY if limit == 0.0 else value / limit
-        for value, limit in zip(used, bound, strict=True)
-    )
+def _penalised_shares(after: Floats3, used: Floats3, bound: Floats3) -> tuple[float, float]:
+    """The two shares of a queue with a zero bound (there the share is the use itself,
+    penalised): running maxima over the resources in order, a later term replacing the best only
+    when greater. A loop of `if` tests, not `max` over generators: a queue entitled to none of a
+    resource (a reclaim's victims' queue) is asked on every pop, as any other."""
+    with_job = allocated = 0.0
+    for resource, limit in enumerate(bound):
+        if limit == 0.0:
+            with_job_term, allocated_term = (
+                after[resource] * ZERO_SHARE_PENALTY,
+                used[resource] * ZERO_SHARE_PENALTY,
+            )
+        else:
+            with_job_term, allocated_term = after[resource] / limit, used[resource] / limit
+        if resource == 0 or with_job_term > with_job:
+            with_job = with_job_term
+        if resource == 0 or allocated_term > allocated:
+            allocated = allocated_term
+    return with_job, allocated
