@@ -30,7 +30,7 @@ from functools import cached_property
 
 import numpy as np
 
-from kai_ray.model.objects import ACTIVE_USED, OCCUPYING, PENDING, HeldPod, JobSpec, TaskSpec, TaskStatus
+from kai_ray.model.objects import ACTIVE_USED, OCCUPYING, HeldPod, JobSpec, TaskSpec, TaskStatus
 from kai_ray.model.snapshot import Snapshot
 
 CPU_COLUMN, GPU_COLUMN = 0, 1
@@ -42,7 +42,8 @@ job (queue order, gang collection) costs about 1.7 times placing one pod."""
 
 @dataclass(frozen=True)
 class ClusterLoad:
-    """What a deal reads of the snapshot's pods, gathered in one pass over them."""
+    """What a deal reads of the snapshot's pods, gathered with the opening queue sums in one pass
+    over them (`basis.survey`)."""
 
     used: np.ndarray
     """Per node row, (cpu, gpus) held by placed pods and held pods."""
@@ -51,50 +52,14 @@ class ClusterLoad:
     onto them without evicting anything."""
     demand: list[tuple[float, float, int]]
     """Per job, (cpu, gpus, pods) of its pending pods."""
-    placed_rows: dict[int, list[int]]
-    """Job position → the rows of its placed pods, for jobs with any."""
+    placed_jobs: np.ndarray
+    """Per placed pod of a job (in job and task order), the job's position."""
+    placed_rows: np.ndarray
+    """Per placed pod of a job, its node's row."""
 
 
-def cluster_load(snapshot: Snapshot) -> ClusterLoad:
-    table = snapshot.nodes
-    index = table.index
-    rows: list[int] = []
-    cpus: list[float] = []
-    gpus: list[float] = []
-    leaving: list[tuple[int, float]] = []
-    demand = []
-    placed_rows: dict[int, list[int]] = {}
-    for position, job in enumerate(snapshot.jobs):
-        cpu = gpu = 0.0
-        pods = 0
-        for task in job.tasks:
-            status, taken = task.status, taken_gpus(task)
-            if status == PENDING:
-                cpu += task.cpu_millis
-                gpu += taken
-                pods += 1
-            elif task.node is not None and status in OCCUPYING:
-                row = index[task.node]
-                placed_rows.setdefault(position, []).append(row)
-                rows.append(row)
-                cpus.append(task.cpu_millis)
-                gpus.append(taken)
-                if status in RELEASING:
-                    leaving.append((row, taken))
-        demand.append((cpu, gpu, pods))
-    for pod in snapshot.held:
-        if pod.task.node is not None:
-            rows.append(table.index[pod.task.node])
-            cpus.append(pod.task.cpu_millis)
-            gpus.append(taken_gpus(pod.task))
-            if pod.task.status in RELEASING:
-                leaving.append((rows[-1], gpus[-1]))
-    used = np.zeros((len(table), 2))
-    np.add.at(used, np.array(rows, dtype=np.int64), np.column_stack((cpus, gpus)).reshape(len(rows), 2))
-    releasing = np.zeros(len(table))
-    for row, taken in leaving:
-        releasing[row] += taken
-    return ClusterLoad(used, releasing, demand, placed_rows)
+NO_DEMAND = (0.0, 0.0, 0)
+"""The demand of a job with no pending pod."""
 
 
 def must_free(snapshot: Snapshot, load: ClusterLoad) -> float:
@@ -144,28 +109,32 @@ class Deal:
     """Jobs left to the whole-cluster pass, in snapshot order."""
 
 
+UNDEALT = -1
+"""A job's home before the deal gives it one (and after, for a job kept or divided)."""
+
+
 def deal(snapshot: Snapshot, partitions: list[np.ndarray], load: ClusterLoad) -> Deal:
     table = snapshot.nodes
     part_of_row = np.zeros(len(table), dtype=np.int64)
     for index, members in enumerate(partitions):
         part_of_row[members] = index
-    owners = part_of_row.tolist()
-    homes = {position: _home(rows, owners, len(partitions)) for position, rows in load.placed_rows.items()}
+    homes, strays = _homes(load, part_of_row, len(partitions), len(snapshot.jobs))
     room = _free_by_part(snapshot, partitions, load.used)
     capacity = _free_by_part(snapshot, partitions, np.zeros_like(load.used))
     kept_positions, divided = _deal_pending(snapshot.jobs, load, homes, room, capacity)
-    return _parts(snapshot, partitions, owners, homes, load.placed_rows, kept_positions, divided)
+    return _parts(snapshot, partitions, part_of_row.tolist(), homes, strays, kept_positions, divided)
 
 
-def _home(rows: list[int], owners: list[int], count: int) -> int:
-    """The part holding most of a job's placed pods (ties: the lower part). Plain lists: numpy
-    calls per job cost more than the count itself, and most jobs have one pod."""
-    if len(rows) == 1:
-        return owners[rows[0]]
-    held = [0] * count
-    for row in rows:
-        held[owners[row]] += 1
-    return held.index(max(held))
+def _homes(load: ClusterLoad, part_of_row: np.ndarray, count: int, jobs: int) -> tuple[list[int], list[int]]:
+    """Per job, the part holding most of its placed pods (ties: the lower part), or `UNDEALT`
+    for a job without any; and the positions of the jobs with a placed pod on another part's
+    nodes, ascending. Counted for every pod at once: most jobs of a large cluster have placed
+    pods, and a per-job count costs more than the choice."""
+    owners = part_of_row[load.placed_rows]
+    held = np.bincount(load.placed_jobs * count + owners, minlength=jobs * count).reshape(jobs, count)
+    homes = np.where(held.any(axis=1), held.argmax(axis=1), UNDEALT)
+    strays = np.unique(load.placed_jobs[owners != homes[load.placed_jobs]])
+    return homes.tolist(), strays.tolist()
 
 
 def divisible(job: JobSpec) -> bool:
@@ -244,10 +213,10 @@ def _free_by_part(snapshot: Snapshot, partitions: list[np.ndarray], used: np.nda
 
 
 def _deal_pending(
-    jobs: list[JobSpec], load: ClusterLoad, homes: dict[int, int], room: np.ndarray, capacity: np.ndarray
+    jobs: list[JobSpec], load: ClusterLoad, homes: list[int], room: np.ndarray, capacity: np.ndarray
 ) -> tuple[set[int], dict[int, list[list[int]]]]:
-    """Deals every job without placed pods into `homes` or divides it; returns the positions of
-    jobs kept, and each divided job's pods per part.
+    """Deals every job without placed pods (`UNDEALT` in `homes`) into `homes` or divides it;
+    returns the positions of jobs kept, and each divided job's pods per part.
 
     Plain floats over the few parts: numpy calls per job cost more than the choice itself; the
     parts by work in a heap, so a job looks at the parts only until one has room for it."""
@@ -264,7 +233,7 @@ def _deal_pending(
     order = sorted(
         (-job.priority, job.created, job.key, position)
         for position, job in enumerate(jobs)
-        if position not in homes
+        if homes[position] == UNDEALT
     )
     for _, _, _, position in order:
         cpu, gpus, pods = load.demand[position]
@@ -320,56 +289,60 @@ def _parts(
     snapshot: Snapshot,
     partitions: list[np.ndarray],
     owners: list[int],
-    homes: dict[int, int],
-    placed_rows: dict[int, list[int]],
+    homes: list[int],
+    strays: list[int],
     kept_positions: set[int],
     divided: dict[int, list[list[int]]],
 ) -> Deal:
     count = len(partitions)
-    jobs: list[list[JobSpec]] = [[] for _ in range(count)]
-    shares: list[dict[str, frozenset[str]]] = [{} for _ in range(count)]
     held: list[list[HeldPod]] = [[] for _ in range(count)]
     foreign: list[set[int]] = [set() for _ in range(count)]
     table = snapshot.nodes
     for pod in snapshot.held:
         if pod.task.node is not None:
             held[owners[table.index[pod.task.node]]].append(pod)
-    kept = []
-    for position, job in enumerate(snapshot.jobs):
-        if position in kept_positions:
-            kept.append(job)
-            continue
-        if position in divided:
-            for index, members in enumerate(divided[position]):
-                if members:
-                    share = _share(job, members)
-                    jobs[index].append(share)
-                    shares[index][job.key] = frozenset(task.name for task in share.tasks)
-            continue
-        home = homes[position]
-        jobs[home].append(job)
-        rows = placed_rows.get(position)
-        if rows is not None and any(owners[row] != home for row in rows):
-            for task in job.tasks:
-                if task.node is not None and task.status in OCCUPYING:
-                    row = table.index[task.node]
-                    owner = owners[row]
-                    if owner != home:
-                        foreign[home].add(row)
-                        held[owner].append(HeldPod(job.namespace, task, foreign=False))
+    for position in strays:
+        job, home = snapshot.jobs[position], homes[position]
+        for task in job.tasks:
+            if task.node is not None and task.status in OCCUPYING:
+                row = table.index[task.node]
+                owner = owners[row]
+                if owner != home:
+                    foreign[home].add(row)
+                    held[owner].append(HeldPod(job.namespace, task, foreign=False))
+    shared: list[dict[int, JobSpec]] = [{} for _ in range(count)]
+    shares: list[dict[str, frozenset[str]]] = [{} for _ in range(count)]
+    for position in sorted(divided):
+        job = snapshot.jobs[position]
+        for index, members in enumerate(divided[position]):
+            if members:
+                share = shared[index][position] = _share(job, members)
+                shares[index][job.key] = frozenset(task.name for task in share.tasks)
+    dealt = np.array(homes, dtype=np.int64)
     parts = [
         Part(
             index,
             np.asarray(partitions[index], dtype=np.int64),
             np.array(sorted(foreign[index]), dtype=np.int64),
-            jobs[index],
+            _part_jobs(snapshot.jobs, np.flatnonzero(dealt == index).tolist(), shared[index]),
             held[index],
             shares[index],
             table.names,
         )
         for index in range(count)
     ]
-    return Deal(parts, kept)
+    return Deal(parts, [snapshot.jobs[position] for position in sorted(kept_positions)])
+
+
+def _part_jobs(jobs: list[JobSpec], positions: list[int], shared: dict[int, JobSpec]) -> list[JobSpec]:
+    """A part's jobs in snapshot order: those dealt to it at `positions` (ascending) and its
+    shares of divided jobs at theirs."""
+    if not shared:
+        return [jobs[position] for position in positions]
+    return [
+        shared[position] if position in shared else jobs[position]
+        for position in sorted([*positions, *shared])
+    ]
 
 
 def _share(job: JobSpec, members: list[int]) -> JobSpec:

@@ -23,8 +23,8 @@ from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import HeldPod, JobSpec, QueueSpec, TopologySpec
 from kai_ray.model.snapshot import NodeTable, Snapshot
 from kai_ray.server.gc_tuning import freeze_what_lives
-from kai_ray.split.basis import QueueSums, part_basis, queue_sums
-from kai_ray.split.deal import ClusterLoad, Deal, cluster_load, deal, must_free
+from kai_ray.split.basis import QueueSums, part_basis, queue_sums, survey
+from kai_ray.split.deal import ClusterLoad, Deal, deal, must_free
 from kai_ray.split.part import PartAnswer, run_part
 
 
@@ -60,9 +60,8 @@ class SplitLayout:
 def split_layout(snapshot: Snapshot, count: int, pool_label: str | None) -> SplitLayout:
     started = time.perf_counter()
     partitions = partitions_for(snapshot.nodes.specs, count, list(snapshot.topologies.values()), pool_label)
-    load = cluster_load(snapshot)
+    opening, load = survey(snapshot)
     dealt = deal(snapshot, partitions, load)
-    opening = queue_sums(snapshot, snapshot.jobs)
     return SplitLayout(dealt, opening, time.perf_counter() - started, snapshot, load)
 
 

@@ -25,9 +25,10 @@ from kai_ray.engine.plan import Plan
 from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import TaskStatus
 from kai_ray.model.snapshot import Snapshot, compile_snapshot
+from kai_ray.split.basis import survey
 from kai_ray.split.checks import SplitOutcome
 from kai_ray.split.cycle import LocalParts, Meanwhile, SplitCycles
-from kai_ray.split.deal import cluster_load, deal
+from kai_ray.split.deal import deal
 from kai_ray.split.part import PartAnswer
 from kai_ray.split.replica import split_layout
 
@@ -194,7 +195,7 @@ def test_a_running_job_across_parts_is_dealt_whole_and_held_where_it_is_not_home
     for node in ("n0", "n1", "n3"):
         builder.task(status=TaskStatus.RUNNING, node=node)
     snapshot = compile_snapshot(builder.build())
-    dealt = deal(snapshot, [np.array([0, 1]), np.array([2, 3])], cluster_load(snapshot))
+    dealt = deal(snapshot, [np.array([0, 1]), np.array([2, 3])], survey(snapshot)[1])
     home, other = dealt.parts
     assert [job.name for job in home.jobs] == ["spread"] and not other.jobs
     assert home.foreign_rows.tolist() == [3], "its pod on n3 comes along as a row home may not use"

@@ -5,11 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from builders import NO_LIMIT, cluster, pod_set, subgroup_set
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from random_clusters import RACK
 
-from kai_ray.model.objects import TaskStatus, TopologyConstraintSpec
+from kai_ray.engine.session import DEFAULT_GPU_MEMORY_MIB
+from kai_ray.model.objects import OCCUPYING, QUEUE_CHARGING, HeldPod, TaskStatus, TopologyConstraintSpec
 from kai_ray.model.snapshot import Snapshot, compile_snapshot
-from kai_ray.split.deal import cluster_load, deal, divide, divisible, must_free
+from kai_ray.split.basis import survey
+from kai_ray.split.deal import RELEASING, deal, divide, divisible, must_free, taken_gpus
 
 pytestmark = pytest.mark.unit
 
@@ -53,7 +57,7 @@ def test_only_a_plain_gang_no_part_has_room_for_is_divided() -> None:
     assert not divisible(by_name["nested"]), "a nested set: how its members combine is the tree's"
     assert not divisible(by_name["in-a-rack"]), "a topology constraint binds its pods together"
     assert not divisible(by_name["run-0"]), "its pods run"
-    dealt = deal(snapshot, [np.array([0, 1]), np.array([2, 3])], cluster_load(snapshot))
+    dealt = deal(snapshot, [np.array([0, 1]), np.array([2, 3])], survey(snapshot)[1])
     shares = [part.shares for part in dealt.parts]
     assert [len(share["plain"]) for share in shares] == [2, 2]
     assert set().union(*(share["plain"] for share in shares)) == {f"plain-{i}" for i in range(4)}
@@ -85,4 +89,95 @@ def test_gpus_to_free_are_what_pending_pods_ask_beyond_free_and_releasing() -> N
     builder.job("wants", queue="q", pods=7, gpus=1, created=10.0)
     snapshot = compile_snapshot(builder.build())
     # 2 GPUs free on n0, 2 on n1, 2 more releasing on n1: 7 asked, so 1 must be taken.
-    assert must_free(snapshot, cluster_load(snapshot)) == 1.0
+    assert must_free(snapshot, survey(snapshot)[1]) == 1.0
+
+
+STATUSES = (
+    TaskStatus.PENDING,
+    TaskStatus.RUNNING,
+    TaskStatus.BOUND,
+    TaskStatus.RELEASING,
+    TaskStatus.STUCK_IN_RELEASING,
+    TaskStatus.SUCCEEDED,
+)
+pod_draws = st.lists(
+    st.tuples(
+        st.integers(0, 4),
+        st.sampled_from(STATUSES),
+        st.integers(0, 3),
+        st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0]),
+        st.sampled_from([0, 300]),
+        st.sampled_from([100.0, 333.3, 1000.1]),
+    ),
+    min_size=1,
+    max_size=24,
+)
+
+
+def drawn_cluster(pods: list[tuple[int, TaskStatus, int, float, int, float]], held: bool) -> Snapshot:
+    """Four nodes with unlike GPU memories, five jobs in two leaf queues, the pods drawn."""
+    builder = cluster(now=100.0)
+    for index in range(4):
+        builder.node(f"n{index}", gpus=8, gpu_memory_mib=1000 * (index + 1))
+    builder.queue("d", gpu_quota=NO_LIMIT).queue("a", parent="d", gpu_quota=NO_LIMIT)
+    builder.queue("b", parent="d", gpu_quota=NO_LIMIT)
+    for job in range(5):
+        builder.job(f"j{job}", queue="ab"[job % 2], pods=0, preemptible=job < 3, created=float(job))
+        for _, status, node, gpus, memory, cpu in (pod for pod in pods if pod[0] == job):
+            placed = None if status == TaskStatus.PENDING else f"n{node}"
+            builder.task(status=status, node=placed, gpu=gpus, gpu_memory_mib=memory, cpu_millis=cpu)
+    snapshot = compile_snapshot(builder.build())
+    if held:
+        snapshot.held = [HeldPod("", task, foreign=True) for job in snapshot.jobs[:2] for task in job.tasks]
+    return snapshot
+
+
+@settings(max_examples=150, deadline=None)
+@given(pod_draws, st.booleans())
+def test_one_pass_over_the_pods_gathers_what_a_pass_per_purpose_does(
+    pods: list[tuple[int, TaskStatus, int, float, int, float]], held: bool
+) -> None:
+    """The survey's sums and load, and the deal's homes, against a plain pod-by-pod reading."""
+    snapshot = drawn_cluster(pods, held)
+    opening, load = survey(snapshot)
+    table, names = snapshot.nodes, sorted(snapshot.queues)
+    minimum = min(float(memory) for memory in table.gpu_memory if memory > DEFAULT_GPU_MEMORY_MIB)
+    sums = np.zeros((3, len(names), 3))
+    used, releasing = np.zeros((len(table), 2)), np.zeros(len(table))
+    for job in snapshot.jobs:
+        for task in job.tasks:
+            if task.status == TaskStatus.PENDING:
+                sums[2, names.index(job.queue)] += (task.cpu_millis, task.memory, task.accepted_gpus(minimum))
+                continue
+            if task.status not in OCCUPYING:
+                continue
+            row = table.index[task.node]
+            np.add.at(used, row, (task.cpu_millis, taken_gpus(task)))
+            releasing[row] += taken_gpus(task) if task.status in RELEASING else 0.0
+            if task.status in QUEUE_CHARGING:
+                charge = (task.cpu_millis, task.memory, task.accepted_gpus(float(table.gpu_memory[row])))
+                for column in (0, 2) if job.preemptible else (0, 1, 2):
+                    sums[column, names.index(job.queue)] += charge
+    for pod in (pod for pod in snapshot.held if pod.task.node is not None):
+        row = table.index[pod.task.node]
+        np.add.at(used, row, (pod.task.cpu_millis, taken_gpus(pod.task)))
+        releasing[row] += taken_gpus(pod.task) if pod.task.status in RELEASING else 0.0
+    sums[:, names.index("d")] = sums[:, names.index("a")] + sums[:, names.index("b")]
+    found = (opening.allocated, opening.allocated_non_preemptible, opening.requested)
+    assert all(np.array_equal(mine, theirs) for mine, theirs in zip(found, sums, strict=True))
+    assert np.array_equal(load.used, used) and np.array_equal(load.releasing, releasing)
+    assert [demand[2] for demand in load.demand] == [
+        sum(task.status == TaskStatus.PENDING for task in job.tasks) for job in snapshot.jobs
+    ]
+    dealt = deal(snapshot, [np.array([0, 1]), np.array([2, 3])], load)
+    for job in snapshot.jobs:
+        rows = [table.index[t.node] for t in job.tasks if t.status in OCCUPYING]
+        if rows:
+            home = int(sum(row >= 2 for row in rows) > sum(row < 2 for row in rows))
+            assert job in dealt.parts[home].jobs, f"{job.name}: not in the part holding most of its pods"
+            placed = {task.name for task in job.tasks if task.status in OCCUPYING}
+            strays = {
+                task.name for task in job.tasks if task.name in placed and table.index[task.node] // 2 != home
+            }
+            held_there = {pod.task.name for pod in dealt.parts[1 - home].held if not pod.foreign}
+            assert strays == held_there & placed, f"{job.name}: its pods on the other part's nodes"
