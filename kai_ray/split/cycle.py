@@ -37,11 +37,10 @@ from kai_ray.collector import collection_paused, leave_to_collector
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
 from kai_ray.fairshare.usage import QueueUsage
-from kai_ray.model.objects import OCCUPYING, PENDING
 from kai_ray.model.snapshot import Snapshot
 from kai_ray.split.accept import accept
 from kai_ray.split.checks import AnswerChecks, SplitOutcome, TaskIndex, moved_pods
-from kai_ray.split.deal import has_stale_gang
+from kai_ray.split.deal import pod_counts
 from kai_ray.split.evictions import evictions_hold
 from kai_ray.split.merge import PartsMerge, StandingPlan, standing_plan
 from kai_ray.split.part import PartAnswer
@@ -210,14 +209,8 @@ class SplitCycles:
         """Whether `snapshot` qualifies (see the module docstring)."""
         if self.count < 2:
             return False
-        pending = placed = 0
-        for job in snapshot.jobs:
-            for task in job.tasks:
-                status = task.status
-                if status == PENDING:
-                    pending += 1
-                elif status in OCCUPYING:
-                    placed += 1
-            if pending and pending + placed >= self.min_pods:
-                break
-        return pending > 0 and pending + placed >= self.min_pods and not has_stale_gang(snapshot)
+        counts = pod_counts(snapshot)
+        if counts is None:
+            return False
+        pending, placed = counts
+        return pending > 0 and pending + placed >= self.min_pods

@@ -30,7 +30,7 @@ from functools import cached_property
 
 import numpy as np
 
-from kai_ray.model.objects import ACTIVE_USED, OCCUPYING, HeldPod, JobSpec, TaskSpec, TaskStatus
+from kai_ray.model.objects import ACTIVE_USED, OCCUPYING, PENDING, HeldPod, JobSpec, TaskSpec, TaskStatus
 from kai_ray.model.snapshot import Snapshot
 
 CPU_COLUMN, GPU_COLUMN = 0, 1
@@ -178,25 +178,50 @@ def divide(count: int, weights: list[float]) -> list[int]:
     return shares
 
 
-def has_stale_gang(snapshot: Snapshot) -> bool:
-    """Whether a job has pods running but fewer than a pod set's minimum (`stale_gang.is_stale`,
-    read off the snapshot's pods)."""
-    done = TaskStatus.SUCCEEDED
+def pod_counts(snapshot: Snapshot) -> tuple[int, int] | None:
+    """(pending pods, placed pods) of the snapshot, or None when a job has pods running but fewer
+    than a pod set's minimum (`stale_gang.is_stale`, read off the snapshot's pods): whether a
+    cycle is split, decided in one pass over the pods, before the parts are asked. Most jobs have
+    one pod set and their active pods in it, so those are judged by their count alone."""
+    pending = placed = 0
+    succeeded = TaskStatus.SUCCEEDED
     for job in snapshot.jobs:
-        active: dict[str, int] = {}
+        active = waiting = 0
+        done = alike = False
+        subgroup = ""
         for task in job.tasks:
             status = task.status
-            if status == done:
-                break
-            if status in ACTIVE_USED:
-                active[task.subgroup] = active.get(task.subgroup, 0) + 1
-        else:
-            if active and any(
-                active.get(pod_set.name, 0) < pod_set.min_available
-                for pod_set in job.subgroups.all_pod_sets()
-            ):
-                return True
-    return False
+            if status == PENDING:
+                waiting += 1
+            elif status in ACTIVE_USED:
+                active += 1
+                if subgroup != task.subgroup:
+                    alike, subgroup = active == 1, task.subgroup
+            elif status == succeeded:
+                done = True
+        pending += waiting
+        placed += active
+        if not active or done:
+            continue
+        groups = job.subgroups
+        pod_sets = groups.pod_sets
+        if alike and len(pod_sets) == 1 and not groups.subgroup_sets:
+            if (active if pod_sets[0].name == subgroup else 0) < pod_sets[0].min_available:
+                return None
+        elif _below_minimum(job):
+            return None
+    return pending, placed
+
+
+def _below_minimum(job: JobSpec) -> bool:
+    """Whether a pod set of `job` has fewer active pods than its minimum."""
+    counts: dict[str, int] = {}
+    for task in job.tasks:
+        if task.status in ACTIVE_USED:
+            counts[task.subgroup] = counts.get(task.subgroup, 0) + 1
+    return any(
+        counts.get(pod_set.name, 0) < pod_set.min_available for pod_set in job.subgroups.all_pod_sets()
+    )
 
 
 def taken_gpus(task: TaskSpec) -> float:

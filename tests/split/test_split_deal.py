@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from builders import NO_LIMIT, cluster, pod_set, subgroup_set
+from builders import NO_LIMIT, cluster, config, pod_set, subgroup_set
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from random_clusters import RACK
 
+from kai_ray.engine.actions.stale_gang import is_stale
+from kai_ray.engine.cycle import open_session
 from kai_ray.engine.session import DEFAULT_GPU_MEMORY_MIB
-from kai_ray.model.objects import OCCUPYING, QUEUE_CHARGING, HeldPod, TaskStatus, TopologyConstraintSpec
+from kai_ray.model.objects import (
+    OCCUPYING,
+    QUEUE_CHARGING,
+    HeldPod,
+    TaskSpec,
+    TaskStatus,
+    TopologyConstraintSpec,
+)
 from kai_ray.model.snapshot import Snapshot, compile_snapshot
 from kai_ray.split.basis import survey
-from kai_ray.split.deal import RELEASING, deal, divide, divisible, must_free, taken_gpus
+from kai_ray.split.deal import RELEASING, deal, divide, divisible, must_free, pod_counts, taken_gpus
 
 pytestmark = pytest.mark.unit
 
@@ -181,3 +190,72 @@ def test_one_pass_over_the_pods_gathers_what_a_pass_per_purpose_does(
             }
             held_there = {pod.task.name for pod in dealt.parts[1 - home].held if not pod.foreign}
             assert strays == held_there & placed, f"{job.name}: its pods on the other part's nodes"
+
+
+SHAPES = (
+    subgroup_set("", pod_set("default", 1)),
+    subgroup_set("", pod_set("default", 3)),
+    subgroup_set("", pod_set("a", 1), pod_set("b", 2)),
+    subgroup_set("", subgroup_set("inner", pod_set("a", 2)), pod_set("b", 1)),
+)
+"""A job's pod sets: one with a minimum of one or three, two side by side, one nested."""
+gang_draws = st.lists(
+    st.tuples(
+        st.sampled_from(range(len(SHAPES))),
+        st.lists(
+            st.tuples(
+                st.sampled_from(
+                    [TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.BOUND, TaskStatus.SUCCEEDED]
+                ),
+                st.sampled_from(["default", "a", "b"]),
+            ),
+            max_size=4,
+        ),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(gang_draws, st.lists(st.booleans(), min_size=6, max_size=6))
+def test_pod_counts_find_a_stale_gang_as_stale_gang_eviction_does(
+    jobs: list[tuple[int, list[tuple[TaskStatus, str]]]], strays: list[bool]
+) -> None:
+    """Against the engine's own `is_stale`, and, with a running pod of a subgroup its job does not
+    have (no compiled snapshot holds one), against a count per subgroup."""
+    builder = cluster(now=100.0).node("n0", gpus=8).queue("q", gpu_quota=NO_LIMIT)
+    for index, (shape, pods) in enumerate(jobs):
+        builder.job(f"j{index}", queue="q", pods=0, subgroups=SHAPES[shape])
+        for status, subgroup in pods:
+            builder.task(
+                status=status, node=None if status == TaskStatus.PENDING else "n0", subgroup=subgroup
+            )
+    snapshot = compile_snapshot(builder.build())
+    stale = any(is_stale(job) for job in open_session(snapshot, config()).jobs)
+    assert stale == stale_by_subgroup(snapshot)
+    assert pod_counts(snapshot) == (None if stale else counts_of(snapshot))
+    for job, stray in zip(snapshot.jobs, strays, strict=False):
+        if stray:
+            job.tasks.append(TaskSpec("stray", TaskStatus.RUNNING, "n0", subgroup="elsewhere"))
+    stale = stale_by_subgroup(snapshot)
+    assert pod_counts(snapshot) == (None if stale else counts_of(snapshot))
+
+
+def stale_by_subgroup(snapshot: Snapshot) -> bool:
+    for job in snapshot.jobs:
+        active = [task.subgroup for task in job.tasks if task.status in OCCUPYING]
+        if not active or any(task.status == TaskStatus.SUCCEEDED for task in job.tasks):
+            continue
+        if any(
+            active.count(pod_set.name) < pod_set.min_available for pod_set in job.subgroups.all_pod_sets()
+        ):
+            return True
+    return False
+
+
+def counts_of(snapshot: Snapshot) -> tuple[int, int]:
+    tasks = [task for job in snapshot.jobs for task in job.tasks]
+    return sum(task.status == TaskStatus.PENDING for task in tasks), sum(
+        task.status in OCCUPYING for task in tasks
+    )
