@@ -59,6 +59,7 @@ def assert_valid(snapshot: Snapshot, plan: Plan, config: SchedulerConfig) -> Non
     for key in placed:
         assert before[key].status == TaskStatus.PENDING or key in evicted, f"{key} was not pending"
     _assert_nodes_hold(snapshot, plan, before)
+    _assert_states(snapshot, plan, before)
     for job in snapshot.jobs:
         if any((job.key, t.name) in set(placed) or (job.key, t.name) in evicted for t in job.tasks):
             _assert_gang(job, plan)
@@ -110,6 +111,31 @@ def _assert_nodes_hold(snapshot: Snapshot, plan: Plan, before: dict[tuple[str, s
     for bind in plan.pipelined:
         gpus = table.allocatable[table.index[bind.node], 2]
         assert later[bind.node] + len(shared_later[bind.node]) <= gpus, f"{bind.node} will hold too much"
+
+
+def _assert_states(snapshot: Snapshot, plan: Plan, before: dict[tuple[str, str], TaskSpec]) -> None:
+    """A victim left releasing stands on the node it ran on with the GPUs it was granted there; a
+    running pod the plan did not move stands as it did."""
+    table = snapshot.nodes
+    moved = {(bind.job, bind.task) for bind in (*plan.binds, *plan.pipelined)}
+    for gone in plan.evictions:
+        key = (gone.job, gone.task)
+        if key not in moved:
+            state = plan.tasks[key]
+            granted = before[key].accepted_gpus(float(table.gpu_memory[table.index[gone.node]]))
+            assert (state.status, state.node, state.accepted_gpus) == (
+                TaskStatus.RELEASING,
+                gone.node,
+                granted,
+            ), f"{key} evicted from {gone.node} stands as {state}"
+        moved.add(key)
+    for key, task in before.items():
+        if key not in moved and task.status in ACTIVE_ALLOCATED and task.node in table.index:
+            state = plan.tasks[key]
+            granted = task.accepted_gpus(float(table.gpu_memory[table.index[task.node]]))
+            assert (state.status, state.node, state.accepted_gpus) == (task.status, task.node, granted), (
+                f"{key} did not move but stands as {state}"
+            )
 
 
 def _assert_gang(job: JobSpec, plan: Plan) -> None:

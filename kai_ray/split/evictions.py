@@ -68,19 +68,19 @@ def evictions_hold(
     freed = 0.0
     reclaimed: list[tuple[str, TaskSpec, int, str]] = []
     """(reclaimer key, victim pod, the victim's row, the victim's job key)"""
-    table = snapshot.nodes
+    rows, consolidating = snapshot.nodes.index, config.allow_consolidating_reclaim
     for answer in answers:
         for job_key, name, node, _groups, cause, _message, preemptor in answer.evictions:
             task = tasks.task(job_key, name)
             if task is None:
                 return False
-            row = table.index[node]
-            if (job_key, name) not in moved:
+            row = rows[node]
+            stays = not moved or (job_key, name) not in moved
+            if stays:
                 if task.gpu <= 0:
                     return False
                 freed += taken_gpus(task)
-            counted = (job_key, name) not in moved or not config.allow_consolidating_reclaim
-            if cause == RECLAIM and counted and preemptor is not None:
+            if cause == RECLAIM and (stays or not consolidating) and preemptor is not None:
                 reclaimed.append((preemptor, task, row, job_key))
     if freed > layout.gpus_to_free + EPSILON:
         return False
@@ -106,18 +106,27 @@ def _reclaims_hold(
     asked = job_charges(jobs, placed, lambda job: True)
     for job_key, vector in asked.items():
         gained[book.chains[jobs[job_key].queue]] += vector
-    # Summed per leaf and pair in plain floats first: thousands of victims, a handful of queues.
+    # Summed per leaf and pair in plain floats first, the columns written out: thousands of
+    # victims, a handful of queues.
     memory = table.gpu_memory.tolist()
     taken: dict[str, list[float]] = {}
     smallest: dict[tuple[str, str], list[float]] = {}
     for preemptor, task, row, job_key in reclaimed:
-        victim = (task.cpu_millis, task.memory, task.accepted_gpus(float(memory[row])))
+        cpu, mem, gpus = task.cpu_millis, task.memory, task.accepted_gpus(memory[row])
         leaf = jobs[job_key].queue
-        sums = taken.setdefault(leaf, [0.0, 0.0, 0.0])
-        least_pod = smallest.setdefault((preemptor, leaf), list(victim))
-        for column, value in enumerate(victim):
-            sums[column] += value
-            least_pod[column] = min(least_pod[column], value)
+        sums = taken.get(leaf)
+        if sums is None:
+            sums = taken[leaf] = [0.0, 0.0, 0.0]
+        sums[0] += cpu
+        sums[1] += mem
+        sums[2] += gpus
+        least_pod = smallest.get((preemptor, leaf))
+        if least_pod is None:
+            smallest[(preemptor, leaf)] = [cpu, mem, gpus]
+            continue
+        least_pod[0] = min(least_pod[0], cpu)
+        least_pod[1] = min(least_pod[1], mem)
+        least_pod[2] = min(least_pod[2], gpus)
     lost = np.zeros_like(opening)
     for leaf, sums in taken.items():
         lost[book.chains[leaf]] += sums

@@ -48,13 +48,16 @@ class StandingPlan:
 
 
 def standing_plan(snapshot: Snapshot) -> StandingPlan:
-    """Pending pods that stand alike share one state (a frozen one, with a positive zero of GPUs,
-    so equal fields print alike): a large cycle's pending pods are most of its states, and the
-    parts restate each one they place."""
+    """Pods that stand alike share one state, as in the local plan (`plan.task_state`): pending
+    ones with a positive zero of GPUs, placed ones with a GPU count that is a float other than
+    zero (so equal fields print alike). A large cycle's pending pods are most of its states, and
+    the parts restate each one they place; a large cluster's placed pods share a node by the
+    dozen, and the states the parts' evictions replace then live on."""
     table = snapshot.nodes
     rows, memory = table.index, table.gpu_memory.tolist()
     states: dict[tuple[str, str], TaskState] = {}
     waiting: dict[tuple[str | None, tuple[str, ...]], TaskState] = {}
+    alike: dict[StateFields, TaskState] = {}
     for job in snapshot.jobs:
         job_key = job.key
         for task in job.tasks:
@@ -70,6 +73,11 @@ def standing_plan(snapshot: Snapshot) -> StandingPlan:
             accepted = 0.0
             if row is not None and status in OCCUPYING:
                 accepted = task.accepted_gpus(memory[row])
+                if type(accepted) is float and accepted != 0.0:
+                    states[(job_key, task.name)] = shared_state(
+                        alike, status, node, task.gpu_groups, accepted
+                    )
+                    continue
             elif row is None:
                 node = None
             states[(job_key, task.name)] = new_task_state(status, node, task.gpu_groups, accepted)
@@ -115,7 +123,6 @@ class PartsMerge:
         """The plan from every answer taken; `placed_pods` are the pods the answers placed (a
         victim placed again keeps the state of its new place)."""
         snapshot, states = self.snapshot, self.standing.tasks
-        table = snapshot.nodes
         plan = Plan(problems=list(snapshot.problems), tasks=states)
         self._placed.sort(key=itemgetter(0))
         for _, bind, binds in self._placed:
@@ -123,17 +130,42 @@ class PartsMerge:
         self._evicted.sort(key=itemgetter(0))
         reasons: dict[tuple[str, str, str | None], EvictionReason] = {}
         """One reason per (action, message, preemptor): a reclaim gives thousands of victims one."""
-        for _, victim in self._evicted:
-            key = (victim[0], victim[1])
+        evictions = plan.evictions
+        for _, (job_key, name, node, groups, cause, message, preemptor) in self._evicted:
+            key = (job_key, name)
             if key not in placed_pods:
-                task = index.task(*key)
-                assert task is not None, f"{key}: the checks let an eviction of an unknown pod through"
-                accepted = task.accepted_gpus(float(table.gpu_memory[table.index[victim[2]]]))
-                states[key] = new_task_state(RELEASING, victim[2], victim[3], accepted)
-            why = reasons.get(victim[4:])
+                states[key] = self._releasing(index, key, node, groups)
+            why = reasons.get((cause, message, preemptor))
             if why is None:
-                why = reasons[victim[4:]] = EvictionReason(EvictionCause(victim[4]), victim[5], victim[6])
-            plan.evictions.append(Eviction(victim[0], victim[1], victim[2], why))
+                why = reasons[(cause, message, preemptor)] = EvictionReason(
+                    EvictionCause(cause), message, preemptor
+                )
+            evictions.append(_eviction(job_key, name, node, why))
         for name, waiting in problem_reasons(snapshot.problems).items():
             plan.pending_reasons.setdefault(name, waiting)
         return plan
+
+    def _releasing(
+        self, index: TaskIndex, key: tuple[str, str], node: str, groups: tuple[str, ...]
+    ) -> TaskState:
+        """A victim's state: its GPUs are those it stood with on `node` (where the checks let a
+        pod be evicted from, unless it was pending), shared with victims that stand alike."""
+        standing = self.standing.tasks[key]
+        if standing.node == node and standing.status in OCCUPYING:
+            accepted = standing.accepted_gpus
+        else:
+            task = index.task(*key)
+            assert task is not None, f"{key}: the checks let an eviction of an unknown pod through"
+            table = self.snapshot.nodes
+            accepted = task.accepted_gpus(float(table.gpu_memory[table.index[node]]))
+        if type(accepted) is float and accepted != 0.0:
+            return shared_state(self._alike, RELEASING, node, groups, accepted)
+        return new_task_state(RELEASING, node, groups, accepted)
+
+
+def _eviction(job: str, task: str, node: str, reason: EvictionReason) -> Eviction:
+    """`Eviction(job, task, node, reason)`, built as `new_bind` builds a bind: a large reclaim
+    evicts thousands of pods, after the parts' last answer."""
+    eviction: Eviction = object.__new__(Eviction)
+    eviction.__dict__.update(job=job, task=task, node=node, reason=reason)
+    return eviction
