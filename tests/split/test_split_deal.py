@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 from builders import NO_LIMIT, cluster, config, pod_set, subgroup_set
@@ -16,13 +18,23 @@ from kai_ray.model.objects import (
     OCCUPYING,
     QUEUE_CHARGING,
     HeldPod,
+    JobSpec,
     TaskSpec,
     TaskStatus,
     TopologyConstraintSpec,
 )
 from kai_ray.model.snapshot import Snapshot, compile_snapshot
 from kai_ray.split.basis import survey
-from kai_ray.split.deal import RELEASING, deal, divide, divisible, must_free, pod_counts, taken_gpus
+from kai_ray.split.deal import (
+    RELEASING,
+    deal,
+    dealing_order,
+    divide,
+    divisible,
+    must_free,
+    pod_counts,
+    taken_gpus,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -259,3 +271,36 @@ def counts_of(snapshot: Snapshot) -> tuple[int, int]:
     return sum(task.status == TaskStatus.PENDING for task in tasks), sum(
         task.status in OCCUPYING for task in tasks
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([50, 75, 100]),
+            st.sampled_from([0.0, -0.0, 1.0, 2.5, float("nan")]),
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from(["", "ns"]),
+        ),
+        max_size=12,
+    ),
+    st.randoms(),
+)
+def test_jobs_are_dealt_by_priority_then_age_then_key_then_position(
+    drawn: list[tuple[int, float, str, str]], shuffle: random.Random
+) -> None:
+    jobs = [
+        JobSpec(name, "q", namespace=namespace, priority=priority, created=created)
+        for priority, created, name, namespace in drawn
+    ]
+    positions = list(range(len(jobs)))
+    shuffle.shuffle(positions)
+    chosen = sorted(positions[: len(positions) * 2 // 3])
+    expected = [
+        position
+        for *_, position in sorted(
+            (-jobs[position].priority, jobs[position].created, jobs[position].key, position)
+            for position in chosen
+        )
+    ]
+    assert dealing_order(jobs, chosen) == expected
