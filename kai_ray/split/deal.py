@@ -297,7 +297,8 @@ def dealing_order(jobs: list[JobSpec], positions: list[int]) -> list[int]:
         return sorted(positions, key=lambda position: _dealing_key(jobs[position], position))
     order = np.lexsort((created, -priorities))
     ranked = [positions[index] for index in order.tolist()]
-    tied = (np.diff(priorities[order]) == 0) & (np.diff(created[order]) == 0)
+    priorities, created = priorities[order], created[order]
+    tied = (priorities[1:] == priorities[:-1]) & (created[1:] == created[:-1])
     edges = np.flatnonzero(np.diff(np.concatenate(([False], tied, [False])).astype(np.int8))).tolist()
     for start, last in zip(edges[::2], edges[1::2], strict=True):
         ranked[start : last + 1] = sorted(

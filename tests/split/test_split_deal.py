@@ -278,7 +278,7 @@ def counts_of(snapshot: Snapshot) -> tuple[int, int]:
     st.lists(
         st.tuples(
             st.sampled_from([50, 75, 100]),
-            st.sampled_from([0.0, -0.0, 1.0, 2.5, float("nan")]),
+            st.sampled_from([0.0, -0.0, 1.0, 2.5, float("inf"), float("-inf"), float("nan")]),
             st.sampled_from(["a", "b", "c"]),
             st.sampled_from(["", "ns"]),
         ),
