@@ -22,11 +22,30 @@ from kai_ray.model.objects import UNLIMITED, JobSpec
 from kai_ray.model.resources import EPSILON
 from kai_ray.model.snapshot import Snapshot
 from kai_ray.split.basis import QueueSums
-from kai_ray.split.part import PlacedPod
+from kai_ray.split.part import PartAnswer
+
+PodPlaced = tuple[int, int, float]
+"""(its job's position, its position in the job's tasks, GPUs granted): a pod the parts placed."""
+
+
+def pods_placed(
+    answers: list[PartAnswer], jobs: list[JobSpec], moved: set[tuple[str, str]]
+) -> list[PodPlaced]:
+    """The pending pods `answers` placed (not the victims placed again, `moved`), in part order and
+    as each answer lists them; `jobs` are the snapshot's. Only a cluster with queue limits,
+    non-preemptible jobs or reclaims across parts asks (`accept`, `evictions_hold`)."""
+    pods: list[PodPlaced] = []
+    for answer in answers:
+        placed = answer.placed
+        for position, index, gpus in zip(placed.jobs, placed.tasks, placed.gpus, strict=True):
+            if moved and (jobs[position].key, jobs[position].tasks[index].name) in moved:
+                continue
+            pods.append((position, index, gpus))
+    return pods
 
 
 def accept(
-    snapshot: Snapshot, jobs: dict[str, JobSpec], placed: list[PlacedPod], opening: QueueSums
+    snapshot: Snapshot, jobs: dict[str, JobSpec], placed: Callable[[], list[PodPlaced]], opening: QueueSums
 ) -> set[str]:
     """The keys of the jobs, among those with `placed` pods, that are refused."""
     book = QueueBook(snapshot)
@@ -35,7 +54,7 @@ def accept(
         return set()
     allocated = opening.allocated.copy()
     protected = opening.allocated_non_preemptible.copy()
-    charges = job_charges(jobs, placed, lambda job: not job.preemptible or limited[job.queue])
+    charges = job_charges(snapshot.jobs, placed(), lambda job: not job.preemptible or limited[job.queue])
     refused = set()
     order = sorted(charges, key=lambda key: (-jobs[key].priority, jobs[key].created, key))
     for key in order:
@@ -57,21 +76,20 @@ def _over(bound: np.ndarray, used: np.ndarray, charge: np.ndarray) -> bool:
 
 
 def job_charges(
-    jobs: dict[str, JobSpec], placed: list[PlacedPod], charged: Callable[[JobSpec], bool]
+    jobs: list[JobSpec], placed: list[PodPlaced], charged: Callable[[JobSpec], bool]
 ) -> dict[str, np.ndarray]:
-    """Per job for which `charged` holds: (cpu, memory, GPUs granted) its placed pods take."""
+    """Per job for which `charged` holds, by key: (cpu, memory, GPUs granted) its `placed` pods
+    take; `jobs` are the snapshot's."""
     charges: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(3))
-    requests: dict[str, dict[str, tuple[float, float]] | None] = {}
-    """Per job seen: its pods' (cpu, memory) by name, or None for a job not `charged`."""
-    for job_key, task_name, _node, _groups, gpus, _action in placed:
-        if job_key in requests:
-            known = requests[job_key]
+    keys: dict[int, str | None] = {}
+    """Per job seen: its key, or None for a job not `charged`."""
+    for position, index, gpus in placed:
+        if position in keys:
+            key = keys[position]
         else:
-            job = jobs[job_key]
-            known = requests[job_key] = (
-                {t.name: (t.cpu_millis, t.memory) for t in job.tasks} if charged(job) else None
-            )
-        if known is not None:
-            cpu, memory = known[task_name]
-            charges[job_key] += (cpu, memory, gpus)
+            job = jobs[position]
+            key = keys[position] = job.key if charged(job) else None
+        if key is not None:
+            task = jobs[position].tasks[index]
+            charges[key] += (task.cpu_millis, task.memory, gpus)
     return charges

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import enum
 import math
+from array import array
+
+import numpy as np
 
 from kai_ray.model.objects import ACTIVE_ALLOCATED, JobSpec, TaskSpec, TaskStatus
-from kai_ray.split.part import PartAnswer
+from kai_ray.split.part import PartAnswer, PlacedPods
 from kai_ray.split.replica import SplitLayout
 
 
@@ -55,12 +58,21 @@ class TaskIndex:
         return found.get(name)
 
 
-def moved_pods(answers: list[PartAnswer]) -> set[tuple[str, str]]:
-    """Victims the parts evicted and placed again elsewhere (pipelined): not pending pods."""
+def moved_pods(answers: list[PartAnswer], jobs: list[JobSpec]) -> set[tuple[str, str]]:
+    """Victims the parts evicted and placed again elsewhere (pipelined): not pending pods. `jobs`
+    are the snapshot's, which the answers name pods by position in."""
     evicted = {(pod[0], pod[1]) for answer in answers for pod in answer.evictions}
     if not evicted:
         return set()
-    return {(pod[0], pod[1]) for answer in answers for pod in answer.pipelined if (pod[0], pod[1]) in evicted}
+    moved = set()
+    for answer in answers:
+        placed = answer.placed
+        for position, index in zip(placed.jobs[placed.bound :], placed.tasks[placed.bound :], strict=True):
+            job = jobs[position]
+            key = (job.key, job.tasks[index].name)
+            if key in evicted:
+                moved.add(key)
+    return moved
 
 
 class AnswerChecks:
@@ -68,14 +80,18 @@ class AnswerChecks:
     share is left once every part has answered. Every check is of sets and sums, so the order the
     answers come in changes nothing; the fair shares are compared in part order at the end."""
 
-    def __init__(self, layout: SplitLayout, tasks: TaskIndex) -> None:
+    def __init__(self, layout: SplitLayout, tasks: TaskIndex, order: dict[tuple[str, str], int]) -> None:
+        """`order`: each pod's position by (job key, name)."""
         self.layout = layout
         self.tasks = tasks
+        self.order = order
         self.answers: dict[int, PartAnswer] = {}
-        self.seen: set[tuple[str, str]] = set()
-        """Every pod the answers placed (pending pods and re-placed victims)."""
+        self.pods: dict[int, np.ndarray] = {}
+        """Per part answered, the positions of the pods it placed (as `PlacedPods` lists them)."""
+        self.seen = np.zeros(int(layout.positions.offsets[-1]), dtype=bool)
+        """Per pod, whether an answer placed it (pending pods and re-placed victims)."""
         self._evicted: set[tuple[str, str]] = set()
-        self._placed: dict[str, int] = {}
+        self._placed = np.zeros(len(layout.positions.pending), dtype=np.int64)
         """Pods placed per job, re-placed victims included until `outcome` takes them out."""
         self.trusted = True
         """False once an answer named what its part was not dealt: later answers go unchecked."""
@@ -95,17 +111,12 @@ class AnswerChecks:
         first = self.answers[0].fair_shares
         if not all(_same_shares(first, self.answers[index].fair_shares) for index in range(len(parts))):
             return SplitOutcome.UNTRUSTED
-        placed = self._placed
-        for job, _ in moved:
-            left = placed[job] - 1
-            if left:
-                placed[job] = left
-            else:
-                del placed[job]
-        pending = self.layout.pending
-        if any(placed.get(job, 0) > count for job, count in pending.items()) or len(placed) > len(pending):
+        positions, placed = self.layout.positions, self._placed
+        for key in moved:
+            placed[positions.job_of(self.order[key])] -= 1
+        if (placed > positions.pending).any():
             return SplitOutcome.UNTRUSTED
-        if self.layout.deal.kept or placed != {job: count for job, count in pending.items() if count}:
+        if self.layout.deal.kept or (placed != positions.pending).any():
             return SplitOutcome.PENDING_LEFT
         return SplitOutcome.SPLIT
 
@@ -116,18 +127,9 @@ class AnswerChecks:
         if not 0 <= answer.part < len(parts) or answer.part in self.answers:
             return False
         self.answers[answer.part] = answer
-        part = parts[answer.part]
-        jobs, shares, nodes = part.job_keys, part.shares, part.node_names
-        seen, placed = self.seen, self._placed
-        for pod in (*answer.binds, *answer.pipelined):
-            job, name = pod[0], pod[1]
-            key = (job, name)
-            if job not in jobs or pod[2] not in nodes or key in seen:
-                return False
-            if shares and name not in shares.get(job, (name,)):
-                return False
-            seen.add(key)
-            placed[job] = placed.get(job, 0) + 1
+        if not self._placements_trusted(answer.part, answer.placed):
+            return False
+        jobs = parts[answer.part].job_keys
         evicted = self._evicted
         for victim in answer.evictions:
             key = (victim[0], victim[1])
@@ -138,6 +140,41 @@ class AnswerChecks:
             if not ran and task.status != TaskStatus.PENDING:
                 return False
             evicted.add(key)
+        return True
+
+    def _placements_trusted(self, part: int, placed: PlacedPods) -> bool:
+        """Whether `part` placed only pods it was dealt (of a divided job, its share), on its own
+        rows, none placed before; counting them per job on the way."""
+        count = len(placed)
+        columns = (placed.jobs, placed.tasks, placed.rows)
+        if not all(isinstance(column, array) and column.typecode == "q" for column in columns):
+            return False
+        if any(len(column) != count for column in (*columns, placed.groups, placed.gpus, placed.actions)):
+            return False
+        if not isinstance(placed.bound, int) or not 0 <= placed.bound <= count:
+            return False
+        if not count:
+            self.pods[part] = np.zeros(0, dtype=np.int64)
+            return True
+        jobs, tasks, rows = (np.frombuffer(column, dtype=np.int64) for column in columns)
+        positions = self.layout.positions
+        offsets, owners, row_owners = positions.offsets, positions.owners, positions.row_owners
+        if jobs.min() < 0 or jobs.max() >= len(offsets) - 1:
+            return False
+        if rows.min() < 0 or rows.max() >= len(row_owners):
+            return False
+        if tasks.min() < 0 or (tasks >= offsets[jobs + 1] - offsets[jobs]).any():
+            return False
+        pods = positions.pods(jobs, tasks)
+        if (owners[pods] != part).any() or (row_owners[rows] != part).any():
+            return False
+        seen = self.seen
+        before = np.count_nonzero(seen)
+        seen[pods] = True
+        if np.count_nonzero(seen) - before != count:
+            return False
+        self._placed += np.bincount(jobs, minlength=len(self._placed))
+        self.pods[part] = pods
         return True
 
 

@@ -38,7 +38,7 @@ from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
 from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.snapshot import Snapshot
-from kai_ray.split.accept import accept
+from kai_ray.split.accept import accept, pods_placed
 from kai_ray.split.checks import AnswerChecks, SplitOutcome, TaskIndex, moved_pods
 from kai_ray.split.deal import pod_counts
 from kai_ray.split.evictions import evictions_hold
@@ -157,7 +157,7 @@ class SplitCycles:
             mark = time.perf_counter()
             answers.append(answer)
             if checks.take(answer):
-                merge.take(answer)
+                merge.take(answer, checks.pods[answer.part])
             taking[answer.part] = time.perf_counter() - mark
         layout, standing, checks, merge = groundwork()
         timing.parts = time.perf_counter() - started
@@ -167,15 +167,10 @@ class SplitCycles:
         # From here in part order, as the in-process runner gives them: the judgement of the
         # evictions reads the first part's fair shares, and the queue sums add in this order.
         answers.sort(key=attrgetter("part"))
-        moved = moved_pods(answers)
+        moved = moved_pods(answers, snapshot.jobs) if checks.trusted else set()
         outcome = checks.outcome(moved)
         if outcome == SplitOutcome.SPLIT:
-            placed = [
-                pod
-                for answer in answers
-                for pod in (*answer.binds, *answer.pipelined)
-                if not moved or (pod[0], pod[1]) not in moved
-            ]
+            placed = cache(partial(pods_placed, answers, snapshot.jobs, moved))
             if accept(snapshot, standing.jobs, placed, layout.opening) or not evictions_hold(
                 snapshot, layout, answers, checks.tasks, moved, placed, config
             ):
@@ -202,7 +197,7 @@ class SplitCycles:
         merge that take the answers in: done while the parts work, where the runner allows
         (`PartRunner.answers`), else before the first answer is taken."""
         layout, standing = self.runner.layout(self.count).with_checks(), standing_plan(snapshot)
-        checks = AnswerChecks(layout, TaskIndex(standing.jobs))
+        checks = AnswerChecks(layout, TaskIndex(standing.jobs), standing.order)
         return layout, standing, checks, PartsMerge(snapshot, standing)
 
     def _splits(self, snapshot: Snapshot) -> bool:

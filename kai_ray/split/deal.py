@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -81,24 +81,20 @@ class Part:
     """Other parts' rows where this part's jobs hold pods: in its table, never placed on."""
     jobs: list[JobSpec]
     """In snapshot order."""
+    positions: list[int]
+    """Each of `jobs`' position in the snapshot's jobs: a part's answer names pods by position
+    (`PlacedPods`), not by name."""
     held: list[HeldPod]
     """Pods that hold this part's nodes but are not its jobs' (the snapshot's held pods, and
     pods of jobs dealt to other parts)."""
-    shares: dict[str, frozenset[str]]
-    """Divided job's key → the names of the pods this part may place (its other pods are other
-    parts' shares)."""
-    table_names: list[str] = field(repr=False, compare=False)
-    """Every node's name, by row of the whole snapshot's table."""
-
-    @cached_property
-    def node_names(self) -> frozenset[str]:
-        """The names of `rows`: what a part's answer may place on. Only the coordinator asks, so
-        a part computing the layout for itself does not build every part's."""
-        return frozenset(self.table_names[row] for row in self.rows.tolist())
+    share_tasks: dict[int, list[int]]
+    """Divided job's position → the positions in the whole job's tasks of the pods this part may
+    place (its share's tasks, in their order; the job's other pods are other parts' shares)."""
 
     @cached_property
     def job_keys(self) -> frozenset[str]:
-        """The keys of `jobs`: whose pods a part's answer may place (the coordinator's, as above)."""
+        """The keys of `jobs`: whose pods a part's answer may evict. Only the coordinator asks, so
+        a part computing the layout for itself does not build every part's."""
         return frozenset(job.key for job in self.jobs)
 
 
@@ -356,38 +352,42 @@ def _parts(
                     foreign[home].add(row)
                     held[owner].append(HeldPod(job.namespace, task, foreign=False))
     shared: list[dict[int, JobSpec]] = [{} for _ in range(count)]
-    shares: list[dict[str, frozenset[str]]] = [{} for _ in range(count)]
+    share_tasks: list[dict[int, list[int]]] = [{} for _ in range(count)]
     for position in sorted(divided):
         job = snapshot.jobs[position]
         for index, members in enumerate(divided[position]):
             if members:
-                share = shared[index][position] = _share(job, members)
-                shares[index][job.key] = frozenset(task.name for task in share.tasks)
+                shared[index][position] = _share(job, members)
+                share_tasks[index][position] = members
     dealt = np.array(homes, dtype=np.int64)
-    parts = [
-        Part(
-            index,
-            np.asarray(partitions[index], dtype=np.int64),
-            np.array(sorted(foreign[index]), dtype=np.int64),
-            _part_jobs(snapshot.jobs, np.flatnonzero(dealt == index).tolist(), shared[index]),
-            held[index],
-            shares[index],
-            table.names,
+    parts = []
+    for index in range(count):
+        positions = _part_positions(np.flatnonzero(dealt == index).tolist(), shared[index])
+        parts.append(
+            Part(
+                index,
+                np.asarray(partitions[index], dtype=np.int64),
+                np.array(sorted(foreign[index]), dtype=np.int64),
+                _part_jobs(snapshot.jobs, positions, shared[index]),
+                positions,
+                held[index],
+                share_tasks[index],
+            )
         )
-        for index in range(count)
-    ]
     return Deal(parts, [snapshot.jobs[position] for position in sorted(kept_positions)])
 
 
+def _part_positions(positions: list[int], shared: dict[int, JobSpec]) -> list[int]:
+    """A part's job positions in snapshot order: those dealt to it at `positions` (ascending) and
+    its shares of divided jobs at theirs."""
+    return sorted([*positions, *shared]) if shared else positions
+
+
 def _part_jobs(jobs: list[JobSpec], positions: list[int], shared: dict[int, JobSpec]) -> list[JobSpec]:
-    """A part's jobs in snapshot order: those dealt to it at `positions` (ascending) and its
-    shares of divided jobs at theirs."""
+    """The jobs at `positions`, a divided job's share in its place."""
     if not shared:
         return [jobs[position] for position in positions]
-    return [
-        shared[position] if position in shared else jobs[position]
-        for position in sorted([*positions, *shared])
-    ]
+    return [shared[position] if position in shared else jobs[position] for position in positions]
 
 
 def _share(job: JobSpec, members: list[int]) -> JobSpec:

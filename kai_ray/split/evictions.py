@@ -29,6 +29,8 @@ on (pods placed, GPUs taken from running pods); which victims give them up may d
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from kai_ray.api.config import SchedulerConfig
@@ -45,10 +47,10 @@ from kai_ray.engine.reasons import EvictionCause
 from kai_ray.model.objects import JobSpec, TaskSpec
 from kai_ray.model.resources import EPSILON
 from kai_ray.model.snapshot import Snapshot
-from kai_ray.split.accept import job_charges
+from kai_ray.split.accept import PodPlaced, job_charges
 from kai_ray.split.checks import TaskIndex
 from kai_ray.split.deal import taken_gpus
-from kai_ray.split.part import PartAnswer, PlacedPod
+from kai_ray.split.part import PartAnswer
 from kai_ray.split.replica import SplitLayout
 
 RECLAIM = EvictionCause.RECLAIM.value
@@ -60,7 +62,7 @@ def evictions_hold(
     answers: list[PartAnswer],
     tasks: TaskIndex,
     moved: set[tuple[str, str]],
-    placed: list[PlacedPod],
+    placed: Callable[[], list[PodPlaced]],
     config: SchedulerConfig,
 ) -> bool:
     """Whether the parts' evictions together keep the objective and the reclaim rules; `moved`
@@ -86,7 +88,7 @@ def evictions_hold(
         return False
     if not reclaimed:
         return True
-    return _reclaims_hold(snapshot, layout, answers[0], tasks.jobs, placed, reclaimed, config)
+    return _reclaims_hold(snapshot, layout, answers[0], tasks.jobs, placed(), reclaimed, config)
 
 
 def _reclaims_hold(
@@ -94,7 +96,7 @@ def _reclaims_hold(
     layout: SplitLayout,
     first: PartAnswer,
     jobs: dict[str, JobSpec],
-    placed: list[PlacedPod],
+    placed: list[PodPlaced],
     reclaimed: list[tuple[str, TaskSpec, int, str]],
     config: SchedulerConfig,
 ) -> bool:
@@ -103,7 +105,7 @@ def _reclaims_hold(
     opening = layout.opening.allocated
     table = snapshot.nodes
     gained = np.zeros_like(opening)
-    asked = job_charges(jobs, placed, lambda job: True)
+    asked = job_charges(snapshot.jobs, placed, lambda job: True)
     for job_key, vector in asked.items():
         gained[book.chains[jobs[job_key].queue]] += vector
     # Summed per leaf and pair in plain floats first, the columns written out: thousands of

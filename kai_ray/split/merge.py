@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import itemgetter
 
+import numpy as np
+
 from kai_ray.engine.plan import (
     Bind,
     Eviction,
@@ -32,8 +34,6 @@ from kai_ray.model.snapshot import Snapshot
 from kai_ray.split.checks import TaskIndex
 from kai_ray.split.part import EvictedPod, PartAnswer
 
-ACCEPTED_STATUS = {True: ALLOCATED, False: PIPELINED}
-
 
 @dataclass(frozen=True)
 class StandingPlan:
@@ -43,8 +43,10 @@ class StandingPlan:
     tasks: dict[tuple[str, str], TaskState]
     """Every pod's state if nothing moved (as `plan.task_state` states an unmoved task), in
     snapshot order: the plan's `tasks` once the moved pods are restated."""
+    keys: list[tuple[str, str]]
+    """Every pod's (job key, name) by position (`PodPositions`): that order."""
     order: dict[tuple[str, str], int]
-    """Each pod's place in that order: the plan lists binds and evictions in it."""
+    """Each pod's position: the plan lists binds and evictions in that order."""
 
 
 def standing_plan(snapshot: Snapshot) -> StandingPlan:
@@ -56,33 +58,33 @@ def standing_plan(snapshot: Snapshot) -> StandingPlan:
     table = snapshot.nodes
     rows, memory = table.index, table.gpu_memory.tolist()
     states: dict[tuple[str, str], TaskState] = {}
+    keys: list[tuple[str, str]] = []
     waiting: dict[tuple[str | None, tuple[str, ...]], TaskState] = {}
     alike: dict[StateFields, TaskState] = {}
     for job in snapshot.jobs:
         job_key = job.key
         for task in job.tasks:
-            status, node = task.status, task.node
+            status, node, key = task.status, task.node, (job_key, task.name)
+            keys.append(key)
             if status == PENDING:
                 fields = (node, task.gpu_groups)
                 state = waiting.get(fields)
                 if state is None:
                     state = waiting[fields] = new_task_state(PENDING, node, task.gpu_groups, 0.0)
-                states[(job_key, task.name)] = state
+                states[key] = state
                 continue
             row = rows.get(node) if node is not None else None
             accepted = 0.0
             if row is not None and status in OCCUPYING:
                 accepted = task.accepted_gpus(memory[row])
                 if type(accepted) is float and accepted != 0.0:
-                    states[(job_key, task.name)] = shared_state(
-                        alike, status, node, task.gpu_groups, accepted
-                    )
+                    states[key] = shared_state(alike, status, node, task.gpu_groups, accepted)
                     continue
             elif row is None:
                 node = None
-            states[(job_key, task.name)] = new_task_state(status, node, task.gpu_groups, accepted)
-    order = {key: position for position, key in enumerate(states)}
-    return StandingPlan({job.key: job for job in snapshot.jobs}, states, order)
+            states[key] = new_task_state(status, node, task.gpu_groups, accepted)
+    order = {key: position for position, key in enumerate(keys)}
+    return StandingPlan({job.key: job for job in snapshot.jobs}, states, keys, order)
 
 
 class PartsMerge:
@@ -98,42 +100,52 @@ class PartsMerge:
     def __init__(self, snapshot: Snapshot, standing: StandingPlan) -> None:
         self.snapshot = snapshot
         self.standing = standing
-        self._placed: list[tuple[int, Bind, bool]] = []
+        self._placed: list[tuple[np.ndarray, list[Bind], int]] = []
+        """Per answer taken: its pods' positions, their binds, how many of them are bound."""
         self._evicted: list[tuple[int, EvictedPod]] = []
         self._alike: dict[StateFields, TaskState] = {}
 
-    def take(self, answer: PartAnswer) -> None:
-        """States and binds of `answer`'s placed pods, its evictions kept for `plan` (where a
-        victim some answer placed again keeps its new state): for answers the checks trusted."""
-        order, states, alike = self.standing.order, self.standing.tasks, self._alike
-        placed = self._placed
-        for binds, pods in ((True, answer.binds), (False, answer.pipelined)):
-            status = ACCEPTED_STATUS[binds]
-            for job_key, name, node, groups, gpus, action in pods:
-                key = (job_key, name)
-                placed.append((order[key], new_bind(job_key, name, node, groups, gpus, action), binds))
+    def take(self, answer: PartAnswer, pods: np.ndarray) -> None:
+        """States and binds of `answer`'s placed pods, at positions `pods` (as the checks that
+        trusted the answer read them), its evictions kept for `plan` (where a victim some answer
+        placed again keeps its new state)."""
+        keys, states, alike = self.standing.keys, self.standing.tasks, self._alike
+        placed, names = answer.placed, self.snapshot.nodes.names
+        binds: list[Bind] = []
+        at, rows, bound = pods.tolist(), placed.rows.tolist(), placed.bound
+        for status, kind in ((ALLOCATED, slice(0, bound)), (PIPELINED, slice(bound, len(at)))):
+            columns = (at[kind], rows[kind], placed.groups[kind], placed.gpus[kind], placed.actions[kind])
+            for pod, row, groups, gpus, action in zip(*columns, strict=True):
+                key, node = keys[pod], names[row]
+                binds.append(new_bind(key[0], key[1], node, groups, gpus, action))
                 states[key] = (
                     shared_state(alike, status, node, groups, gpus)
                     if type(gpus) is float and gpus != 0.0
                     else new_task_state(status, node, groups, gpus)
                 )
+        self._placed.append((pods, binds, bound))
+        order = self.standing.order
         self._evicted.extend((order[(gone[0], gone[1])], gone) for gone in answer.evictions)
 
-    def plan(self, index: TaskIndex, placed_pods: set[tuple[str, str]]) -> Plan:
-        """The plan from every answer taken; `placed_pods` are the pods the answers placed (a
-        victim placed again keeps the state of its new place)."""
+    def plan(self, index: TaskIndex, placed_pods: np.ndarray) -> Plan:
+        """The plan from every answer taken; `placed_pods` says of each pod by position whether
+        the answers placed it (a victim placed again keeps the state of its new place)."""
         snapshot, states = self.snapshot, self.standing.tasks
         plan = Plan(problems=list(snapshot.problems), tasks=states)
-        self._placed.sort(key=itemgetter(0))
-        for _, bind, binds in self._placed:
-            (plan.binds if binds else plan.pipelined).append(bind)
+        if self._placed:
+            positions = np.concatenate([pods for pods, _, _ in self._placed])
+            binds = [bind for _, answer_binds, _ in self._placed for bind in answer_binds]
+            bound = np.concatenate([np.arange(len(pods)) < count for pods, _, count in self._placed])
+            ranked = np.argsort(positions, kind="stable")
+            plan.binds = [binds[at] for at in ranked[bound[ranked]].tolist()]
+            plan.pipelined = [binds[at] for at in ranked[~bound[ranked]].tolist()]
         self._evicted.sort(key=itemgetter(0))
         reasons: dict[tuple[str, str, str | None], EvictionReason] = {}
         """One reason per (action, message, preemptor): a reclaim gives thousands of victims one."""
         evictions = plan.evictions
         for _, (job_key, name, node, groups, cause, message, preemptor) in self._evicted:
             key = (job_key, name)
-            if key not in placed_pods:
+            if not placed_pods[self.standing.order[key]]:
                 states[key] = self._releasing(index, key, node, groups)
             why = reasons.get((cause, message, preemptor))
             if why is None:

@@ -6,13 +6,15 @@ cluster's sums (`PartBasis`). It runs the configured actions but stale gang evic
 with a stale gang is not split): allocate, and the victim searches of consolidation, reclaim and
 preempt among its own jobs on its own nodes, in parallel with the other parts'.
 
-Answers are plain tuples, not the plan's dataclasses: they cross a process boundary every cycle,
-and pickling tens of thousands of small dataclasses costs more than the driver rebuilding them.
+Answers are columns of positions and plain tuples, not the plan's dataclasses: they cross a
+process boundary every cycle, and pickling tens of thousands of small dataclasses costs more than
+the driver rebuilding them (`PlacedPods`).
 """
 
 from __future__ import annotations
 
 import time
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,8 +30,9 @@ from kai_ray.model.objects import ACTIVE_ALLOCATED, ALLOCATED, PIPELINED, RELEAS
 from kai_ray.model.snapshot import NodeTable, Snapshot
 from kai_ray.split.deal import Part
 
-PlacedPod = tuple[str, str, str, tuple[str, ...], float, str]
-"""(job key, task name, node name, GPU groups, GPUs granted, the action that placed it)."""
+PodAt = tuple[int, int, int, tuple[str, ...], float, str]
+"""(job position, task position, row, GPU groups, GPUs granted, the action that placed it): a
+placed pod as a part collects them (see `PlacedPods`)."""
 EvictedPod = tuple[str, str, str, tuple[str, ...], str, str, str | None]
 """(job key, task name, the node it ran on, its GPU groups there, the evicting action, the
 eviction's message, the key of the job it made room for)."""
@@ -39,13 +42,51 @@ only walk every job to find nothing."""
 
 
 @dataclass(frozen=True)
+class PlacedPods:
+    """The pods a part placed, as columns: each pod by its job's position in the snapshot's jobs
+    and its own in that job's tasks (the whole job's, for a divided job's share), its node by row
+    of the snapshot's table. The coordinator holds the same snapshot, so the names need not cross
+    the wire: a large cycle's answer as one tuple of names per pod took about as long to pickle
+    and unpickle as the coordinator takes to use it, where columns of machine integers cost next
+    to nothing and are checked with numpy (`AnswerChecks`).
+
+    The first `bound` pods are bound, the rest pipelined (pending pods, and victims re-placed
+    elsewhere, which are also in the answer's evictions); each kind in job and task order, so
+    sums over them add in the order the part placed them."""
+
+    jobs: array[int]
+    tasks: array[int]
+    rows: array[int]
+    bound: int
+    groups: list[tuple[str, ...]]
+    gpus: list[float]
+    """GPUs granted, as the pod counts them (`TaskSpec.accepted_gpus`), its type kept."""
+    actions: list[str]
+    """The action that placed each pod."""
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+
+def placed_pods(pods: list[PodAt], bound: int) -> PlacedPods:
+    """`pods` as columns, the first `bound` of them bound."""
+    if not pods:
+        return PlacedPods(array("q"), array("q"), array("q"), 0, [], [], [])
+    jobs, tasks, rows, groups, gpus, actions = zip(*pods, strict=True)
+    return PlacedPods(
+        array("q", jobs), array("q", tasks), array("q", rows), bound, list(groups), list(gpus), list(actions)
+    )
+
+
+NO_PODS = placed_pods([], 0)
+
+
+@dataclass(frozen=True)
 class PartAnswer:
     part: int
     token: int
     """The replica version the part was computed from (see `kai_ray.split.replicas`)."""
-    binds: list[PlacedPod]
-    pipelined: list[PlacedPod]
-    """Pending pods pipelined, and victims re-placed elsewhere (also in `evictions`)."""
+    placed: PlacedPods = NO_PODS
     evictions: list[EvictedPod] = field(default_factory=list)
     fair_shares: tuple[float, ...] = ()
     """The part session's fair share per queue row and resource, flattened: every part's session
@@ -69,8 +110,8 @@ def sub_table(table: NodeTable, rows: np.ndarray, placeable: np.ndarray) -> Node
     )
 
 
-def part_snapshot(snapshot: Snapshot, part: Part) -> Snapshot:
-    rows = np.union1d(part.rows, part.foreign_rows)
+def part_snapshot(snapshot: Snapshot, part: Part, rows: np.ndarray) -> Snapshot:
+    """`rows`: the part's rows and its foreign rows, ascending (as `run_part` joins them)."""
     table = sub_table(snapshot.nodes, rows, np.isin(rows, part.rows))
     return Snapshot(
         table,
@@ -93,31 +134,33 @@ def run_part(
     token: int,
 ) -> PartAnswer:
     started = time.perf_counter()
-    session = Session(part_snapshot(snapshot, part), config, usage=usage, basis=basis)
+    rows = np.union1d(part.rows, part.foreign_rows)
+    session = Session(part_snapshot(snapshot, part, rows), config, usage=usage, basis=basis)
     for name in config.actions:
         action = PART_ACTIONS.get(name)
         if action is not None:
             session.current_action = name
             action(session)
-    binds, pipelined, evictions = _changes(session)
+    placed, evictions = _changes(session, part, rows.tolist())
     shares = tuple(session.queues.fair_share.ravel().tolist())
-    return PartAnswer(part.index, token, binds, pipelined, evictions, shares, time.perf_counter() - started)
+    return PartAnswer(part.index, token, placed, evictions, shares, time.perf_counter() - started)
 
 
-def _changes(session: Session) -> tuple[list[PlacedPod], list[PlacedPod], list[EvictedPod]]:
-    """What the session moved, by the rules the plan is built by (`build_plan`)."""
-    binds: list[PlacedPod] = []
-    pipelined: list[PlacedPod] = []
+def _changes(session: Session, part: Part, rows: list[int]) -> tuple[PlacedPods, list[EvictedPod]]:
+    """What the session moved, by the rules the plan is built by (`build_plan`); `rows` are the
+    snapshot's rows of the session's table."""
+    binds: list[PodAt] = []
+    pipelined: list[PodAt] = []
     evictions: list[EvictedPod] = []
     table = session.nodes.table
     names, memory = table.names, table.gpu_memory.tolist()
     placed_at_open, placed_by = session.placed_at_open, session.placed_by
     moved = session.moved_jobs()
-    for job in session.jobs:
+    for job, position in zip(session.jobs, part.positions, strict=True):
         if job not in moved:
             continue
-        key = job.key
-        for task in job.tasks:
+        members = part.share_tasks.get(position)
+        for index, task in enumerate(job.tasks):
             found = placed_at_open.get(task.uid)
             status = task.status
             if found is None or status == found[0]:
@@ -126,13 +169,14 @@ def _changes(session: Session) -> tuple[list[PlacedPod], list[PlacedPod], list[E
             if status in PLACED and node is not None:
                 gpus = task.spec.accepted_gpus(memory[node])
                 action = placed_by.get(task.uid, "allocate")
-                pod = (key, task.spec.name, names[node], task.groups, gpus, action)
+                at = index if members is None else members[index]
+                pod = (position, at, rows[node], task.groups, gpus, action)
                 (binds if status == ALLOCATED else pipelined).append(pod)
             if status == PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
                 evictions.append(_evicted(session, task, names[before_node]))
             elif status == RELEASING and node is not None:
                 evictions.append(_evicted(session, task, names[node]))
-    return binds, pipelined, evictions
+    return placed_pods([*binds, *pipelined], len(binds)), evictions
 
 
 def _evicted(session: Session, task: Task, node: str) -> EvictedPod:

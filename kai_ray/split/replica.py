@@ -26,6 +26,7 @@ from kai_ray.server.gc_tuning import freeze_what_lives
 from kai_ray.split.basis import QueueSums, part_basis, queue_sums, survey
 from kai_ray.split.deal import ClusterLoad, Deal, deal, must_free
 from kai_ray.split.part import PartAnswer, run_part
+from kai_ray.split.positions import PodPositions, pod_positions
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,10 @@ class SplitLayout:
     load: ClusterLoad = field(repr=False, compare=False)
 
     @cached_property
-    def pending(self) -> dict[str, int]:
-        """Job key → its pending pods, for every job. This and `gpus_to_free` are the
-        coordinator's checks: a part computing the layout for itself never asks for them."""
-        return {job.key: demand[2] for job, demand in zip(self.snapshot.jobs, self.load.demand, strict=True)}
+    def positions(self) -> PodPositions:
+        """Every pod by position, for the checks of the answers. This and `gpus_to_free` are the
+        coordinator's: a part computing the layout for itself never asks for them."""
+        return pod_positions(self.snapshot, self.deal, self.load)
 
     @cached_property
     def gpus_to_free(self) -> float:
@@ -53,7 +54,7 @@ class SplitLayout:
     def with_checks(self) -> SplitLayout:
         """This layout with the coordinator's fields computed, so that its checks read them for
         free: the coordinator asks for it while the parts work."""
-        _ = self.pending, self.gpus_to_free
+        _ = self.positions, self.gpus_to_free
         return self
 
 
@@ -190,7 +191,7 @@ class Replica:
         self, token: int, part: int, count: int, config: SchedulerConfig, usage: QueueUsage | None
     ) -> PartAnswer:
         if token != self.token:
-            return PartAnswer(part, self.token, [], [])
+            return PartAnswer(part, self.token)
         if not self._owns_process:
             with collection_paused():
                 return self._answer(part, count, config, usage, token)

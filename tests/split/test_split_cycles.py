@@ -8,6 +8,7 @@ test checks that promise on random clusters; the others pin each way into the lo
 from __future__ import annotations
 
 import dataclasses
+from array import array
 
 import numpy as np
 import pytest
@@ -29,8 +30,8 @@ from kai_ray.split.basis import survey
 from kai_ray.split.checks import SplitOutcome
 from kai_ray.split.cycle import LocalParts, Meanwhile, SplitCycles
 from kai_ray.split.deal import deal
-from kai_ray.split.part import PartAnswer
-from kai_ray.split.replica import split_layout
+from kai_ray.split.part import PartAnswer, PlacedPods, placed_pods
+from kai_ray.split.replica import SplitLayout, split_layout
 
 pytestmark = pytest.mark.unit
 
@@ -144,7 +145,7 @@ class SilentParts(LocalParts):
     def answers(
         self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
     ) -> list[PartAnswer]:
-        return [PartAnswer(part, token, [], []) for part in range(count)]
+        return [PartAnswer(part, token) for part in range(count)]
 
 
 class StrayParts(LocalParts):
@@ -154,7 +155,7 @@ class StrayParts(LocalParts):
         self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
     ) -> list[PartAnswer]:
         found = super().answers(token, count, config, usage, meanwhile)
-        return [PartAnswer(index, token, a.binds, a.pipelined) for index, a in enumerate(reversed(found))]
+        return [PartAnswer(index, token, a.placed) for index, a in enumerate(reversed(found))]
 
 
 class LastFirstParts(LocalParts):
@@ -164,6 +165,74 @@ class LastFirstParts(LocalParts):
         self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
     ) -> list[PartAnswer]:
         return list(reversed(super().answers(token, count, config, usage, meanwhile)))
+
+
+def corrupted(placed: PlacedPods, how: str, layout: SplitLayout) -> PlacedPods:
+    """`placed` broken in one way a part's answer could come in broken."""
+    jobs, tasks, rows = array("q", placed.jobs), array("q", placed.tasks), array("q", placed.rows)
+    if how == "a job past the last":
+        jobs[0] = len(layout.snapshot.jobs)
+    elif how == "a negative job":
+        jobs[0] = -1
+    elif how == "a task past its job's":
+        tasks[0] = len(layout.snapshot.jobs[jobs[0]].tasks) + int(layout.positions.offsets[-1])
+    elif how == "a row past the last":
+        rows[0] = len(layout.snapshot.nodes)
+    elif how == "another part's row":
+        rows[0] = int(layout.deal.parts[1].rows[0])
+    elif how == "another part's job":
+        jobs[0] = layout.deal.parts[1].positions[0]
+        tasks[0] = 0
+    elif how == "a pod twice":
+        pods = list(zip(jobs, tasks, rows, placed.groups, placed.gpus, placed.actions, strict=True))
+        return placed_pods([*pods, pods[-1]], placed.bound)
+    elif how == "a column short":
+        return dataclasses.replace(placed, gpus=placed.gpus[:-1])
+    elif how == "floats for positions":
+        return dataclasses.replace(placed, jobs=array("d", placed.jobs))
+    elif how == "more bound than placed":
+        return dataclasses.replace(placed, bound=len(placed) + 1)
+    return dataclasses.replace(placed, jobs=jobs, tasks=tasks, rows=rows)
+
+
+BROKEN_ANSWERS = [
+    "a job past the last",
+    "a negative job",
+    "a task past its job's",
+    "a row past the last",
+    "another part's row",
+    "another part's job",
+    "a pod twice",
+    "a column short",
+    "floats for positions",
+    "more bound than placed",
+]
+
+
+class BrokenParts(LocalParts):
+    """Part 0's placements broken one way (`corrupted`)."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    def answers(
+        self, token: int, count: int, config: SchedulerConfig, usage: QueueUsage | None, meanwhile: Meanwhile
+    ) -> list[PartAnswer]:
+        first, *rest = super().answers(token, count, config, usage, meanwhile)
+        assert len(first.placed) and rest[0].placed, "both parts place pods in this cluster"
+        broken = corrupted(first.placed, self.how, self.layout(count))
+        return [dataclasses.replace(first, placed=broken), *rest]
+
+
+@pytest.mark.parametrize("how", BROKEN_ANSWERS)
+def test_an_answer_naming_pods_it_may_not_place_leaves_the_plan_local(how: str) -> None:
+    """Answers name pods by position (`PlacedPods`): a position out of range, another part's pod
+    or row, a pod placed twice or columns that do not line up are not trusted, never indexed."""
+    snapshot = roomy_cluster()
+    plan, cycles = split_plan(snapshot, 2, BrokenParts(how))
+    assert cycles.outcomes == {SplitOutcome.UNTRUSTED: 1}
+    assert facts(plan) == facts(schedule(snapshot, ALL))
 
 
 @pytest.mark.parametrize("shape", ["roomy", "kai-reclaim-large-16"])
@@ -289,7 +358,10 @@ def test_a_gang_no_part_holds_is_divided_and_reclaims_in_every_part() -> None:
     """KAI's large-job reclaim, small: 16 nodes full of one-GPU pods, a gang of eight 8-GPU pods."""
     snapshot = compile_snapshot(build_shape("kai-reclaim-large-16").state)
     layout = split_layout(snapshot, 2, None)
-    assert [len(part.shares.get("large-job", ())) for part in layout.deal.parts] == [4, 4]
+    assert [[len(members) for members in part.share_tasks.values()] for part in layout.deal.parts] == [
+        [4],
+        [4],
+    ]
     plan, cycles = split_plan(snapshot, 2)
     assert cycles.outcomes == {SplitOutcome.SPLIT: 1}
     assert len(plan.pipelined) == 8 and len(plan.evictions) == 64

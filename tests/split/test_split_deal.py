@@ -79,7 +79,13 @@ def test_only_a_plain_gang_no_part_has_room_for_is_divided() -> None:
     assert not divisible(by_name["in-a-rack"]), "a topology constraint binds its pods together"
     assert not divisible(by_name["run-0"]), "its pods run"
     dealt = deal(snapshot, [np.array([0, 1]), np.array([2, 3])], survey(snapshot)[1])
-    shares = [part.shares for part in dealt.parts]
+    shares = [
+        {
+            snapshot.jobs[at].name: {snapshot.jobs[at].tasks[i].name for i in members}
+            for at, members in part.share_tasks.items()
+        }
+        for part in dealt.parts
+    ]
     assert [len(share["plain"]) for share in shares] == [2, 2]
     assert set().union(*(share["plain"] for share in shares)) == {f"plain-{i}" for i in range(4)}
     assert [sorted(share["two-sets"]) for share in shares] == [["two-sets-0", "two-sets-1"], ["two-sets-2"]]
@@ -89,7 +95,7 @@ def test_only_a_plain_gang_no_part_has_room_for_is_divided() -> None:
             for kept_set in share.subgroups.pod_sets:
                 members = [task for task in share.tasks if task.subgroup == kept_set.name]
                 assert kept_set.min_available == len(members) > 0, "each pod set's share a gang"
-        assert all(name not in part.shares for name in ("in-a-rack", "nested"))
+        assert all(snapshot.jobs[at].name not in ("in-a-rack", "nested") for at in part.share_tasks)
     assert sorted(job.name for part in dealt.parts for job in part.jobs if job.queue == "r") == [
         "in-a-rack",
         "nested",

@@ -17,6 +17,7 @@ from builders import config
 from kai_ray.bench.shapes import build_shape, gpu_job
 from kai_ray.model.objects import ClusterState, JobSpec
 from kai_ray.model.snapshot import Snapshot, SnapshotCompiler
+from kai_ray.split.part import PlacedPods
 from kai_ray.split.replica import Replica, SnapshotDelta, SnapshotFeed, split_layout
 
 pytestmark = pytest.mark.unit
@@ -41,10 +42,10 @@ def job_keys(snapshot: Snapshot | None) -> list[str]:
     return [job.key for job in snapshot.jobs]
 
 
-def answers(replica: Replica, token: int) -> list[tuple[object, ...]]:
+def answers(replica: Replica, token: int) -> list[tuple[int, int, PlacedPods]]:
     """Each part's answer, what it places (not how long it took)."""
     found = [replica.answer(token, part, PARTS, config(), None) for part in range(PARTS)]
-    return [(answer.part, answer.token, answer.binds, answer.pipelined) for answer in found]
+    return [(answer.part, answer.token, answer.placed) for answer in found]
 
 
 def test_the_same_snapshot_is_sent_once() -> None:
@@ -129,7 +130,7 @@ def test_a_replica_fed_deltas_holds_the_snapshot_and_answers_as_the_snapshot_its
         held.hold(snapshot, delta.token)
         expected = answers(held, delta.token)
         assert answers(replica, delta.token) == expected
-        assert any(binds for _, _, binds, _ in expected)
+        assert any(placed.bound for _, _, placed in expected)
 
 
 def test_a_forgotten_replica_is_sent_everything_again() -> None:
@@ -173,7 +174,7 @@ def test_a_replica_asked_about_another_version_places_nothing_and_names_its_own(
     replica = Replica(None)
     replica.sync(over_the_wire(delta))
     answer = replica.answer(delta.token + 1, 1, PARTS, config(), None)
-    assert (answer.part, answer.token, answer.binds, answer.pipelined) == (1, delta.token, [], [])
+    assert (answer.part, answer.token, len(answer.placed)) == (1, delta.token, 0)
 
 
 COLLECTION_PROBE = """
