@@ -143,9 +143,12 @@ class PartsMerge:
         reasons: dict[tuple[str, str, str | None], EvictionReason] = {}
         """One reason per (action, message, preemptor): a reclaim gives thousands of victims one."""
         evictions = plan.evictions
-        for _, (job_key, name, node, groups, cause, message, preemptor) in self._evicted:
+        victims = np.fromiter((at for at, _ in self._evicted), dtype=np.int64, count=len(self._evicted))
+        placed_again = placed_pods[victims].tolist()
+        for (_, gone), again in zip(self._evicted, placed_again, strict=True):
+            job_key, name, node, groups, cause, message, preemptor = gone
             key = (job_key, name)
-            if not placed_pods[self.standing.order[key]]:
+            if not again:
                 states[key] = self._releasing(index, key, node, groups)
             why = reasons.get((cause, message, preemptor))
             if why is None:
