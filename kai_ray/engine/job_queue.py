@@ -25,32 +25,46 @@ from kai_ray.engine.plugins.base import OrderKey
 from kai_ray.engine.session import FairnessFloats, Session
 
 HeapEntry = tuple[OrderKey, int, Job]
-Best = tuple[str, Job, FairnessFloats]
-"""The leaf queue, its best job and that job's request."""
+Best = tuple[int, Job, FairnessFloats]
+"""The leaf queue's row, its best job and that job's request."""
 Entry = tuple[Best, OrderKey]
 """A queue's best job below it and the queue's order key with that job's request."""
 
 
 class JobQueue:
+    """Queues are known by their rows in the session's `QueueBook` (fixed for the session), and
+    what the queue keeps per queue is a list by row: a pop reads a queue's version, stamp,
+    remembered entry and children for several queues, and a list read by an int index costs a
+    fraction of a dict lookup by name. Names are read only where a key is computed or two keys
+    tie."""
+
     def __init__(
         self, session: Session, jobs: list[Job], pending: frozenset[int] | set[int] = frozenset()
     ) -> None:
         self.session = session
         self.pending = pending
         self._next_request: dict[Job, FairnessFloats] = {}
-        self._heaps: dict[str, list[HeapEntry]] = {}
+        book = session.queues
+        count = len(book.names)
+        self._names = book.names
+        self._rows = book.index
+        """Queue → its row in the session's `QueueBook`."""
+        self._chains = [book.chains[name] for name in book.names]
+        """Row → the rows of its chain (itself and its ancestors)."""
+        self._heaps: list[list[HeapEntry]] = [[] for _ in range(count)]
         self._sequence = itertools.count()
-        self._stamps: dict[str, int] = dict.fromkeys(session.queues.names, 0)
-        """Queue → pushes and pops so far in its subtree."""
-        self._known: dict[str, tuple[int, int, Entry | None]] = {}
-        """Queue → (its version plus its stamp then, its version then, its entry then): see
+        self._stamps = [0] * count
+        """Row → pushes and pops so far in its subtree."""
+        self._known: list[tuple[int, int, Entry | None] | None] = [None] * count
+        """Row → (its version plus its stamp then, its version then, its entry then): see
         `_entry`."""
-        self._rows = session.queues.index
-        """Queue → its row in the session's `QueueBook` (fixed for the session)."""
-        self._top_level = session.queues.top_level()
+        self._top_level = [book.index[name] for name in book.top_level()]
         """Listed once: queues do not change within a session, and every pop starts here."""
-        self._children = {queue: kids for queue, kids in session.queues.children.items() if kids}
-        """Parent queue → its children, without the leaves (every pop asks of several queues)."""
+        self._children: list[list[int] | None] = [
+            [book.index[kid] for kid in kids] if (kids := book.children.get(name)) else None
+            for name in book.names
+        ]
+        """Row → its children's rows, None for a leaf (every pop asks of several queues)."""
         self._push_all(jobs)
 
     def _push_all(self, jobs: list[Job]) -> None:
@@ -58,24 +72,25 @@ class JobQueue:
         once (entries are unique by sequence number, so pops come in the same order whatever the
         heap's layout) and each queue stamped once by its count (only a stamp's changes are ever
         read)."""
-        counts: dict[str, int] = {}
-        order_key, sequence, heaps = self.session.job_order_key, self._sequence, self._heaps
+        counts: dict[int, int] = {}
+        order_key, sequence, heaps, rows = self.session.job_order_key, self._sequence, self._heaps, self._rows
         for job in jobs:
-            queue = job.spec.queue
-            heaps.setdefault(queue, []).append((order_key(job), next(sequence), job))
-            counts[queue] = counts.get(queue, 0) + 1
-        for heap in self._heaps.values():
+            leaf = rows[job.spec.queue]
+            heaps[leaf].append((order_key(job), next(sequence), job))
+            counts[leaf] = counts.get(leaf, 0) + 1
+        for heap in heaps:
             heapq.heapify(heap)
-        book = self.session.queues
+        stamps = self._stamps
         for leaf, count in counts.items():
-            for row in book.chains[leaf]:
-                self._stamps[book.names[row]] += count
+            for row in self._chains[leaf]:
+                stamps[row] += count
 
     def push(self, job: Job) -> None:
         self._next_request.pop(job, None)
         entry = (self.session.job_order_key(job), next(self._sequence), job)
-        heapq.heappush(self._heaps.setdefault(job.queue, []), entry)
-        self._stamp(job.queue)
+        leaf = self._rows[job.queue]
+        heapq.heappush(self._heaps[leaf], entry)
+        self._stamp(leaf)
 
     def pop(self) -> Job | None:
         best = self._best_among(self._top_level)
@@ -86,15 +101,15 @@ class JobQueue:
         self._stamp(leaf)
         return job
 
-    def _stamp(self, leaf: str) -> None:
-        book = self.session.queues
-        for row in book.chains[leaf]:
-            self._stamps[book.names[row]] += 1
+    def _stamp(self, leaf: int) -> None:
+        stamps = self._stamps
+        for row in self._chains[leaf]:
+            stamps[row] += 1
 
     def __bool__(self) -> bool:
-        return any(self._heaps.values())
+        return any(self._heaps)
 
-    def _entry(self, queue: str) -> Entry | None:
+    def _entry(self, row: int) -> Entry | None:
         """The queue's best job below it and its order key, remembered while neither the queue's
         version nor its stamp changes (see the module's docstring). Both counts only grow, so
         their sum changes whenever either does: one comparison per queue asked (a pop asks two
@@ -106,26 +121,26 @@ class JobQueue:
         none has; looking it up and storing it cost a third of a key. The cache still serves the
         first key of each queue and keys asked at an unchanged version (a job that placed nothing
         leaves the next one, often alike, the same queue state)."""
-        session = self.session
-        version = session.queues.versions[self._rows[queue]]
-        count = version + self._stamps[queue]
-        known = self._known.get(queue)
+        version = self.session.queues.versions[row]
+        count = version + self._stamps[row]
+        known = self._known[row]
         if known is not None and known[0] == count:
             return known[2]
-        children = self._children.get(queue)
+        children = self._children[row]
         if children is None:
-            heap = self._heaps.get(queue)
-            best = (queue, heap[0][2], self._request_of(heap[0][2])) if heap else None
+            heap = self._heaps[row]
+            best = (row, heap[0][2], self._request_of(heap[0][2])) if heap else None
         else:
             best = self._best_among(children)
         entry = None
         if best is not None:
             vector, vector_bytes = best[2]
+            session = self.session
             if known is not None and known[1] != version:
-                entry = (best, session.uncached_queue_order_key(queue, vector))
+                entry = (best, session.uncached_queue_order_key(self._names[row], vector))
             else:
-                entry = (best, session.queue_order_key(queue, vector, vector_bytes))
-        self._known[queue] = (count, version, entry)
+                entry = (best, session.queue_order_key(self._names[row], vector, vector_bytes))
+        self._known[row] = (count, version, entry)
         return entry
 
     def _request_of(self, job: Job) -> FairnessFloats:
@@ -138,20 +153,22 @@ class JobQueue:
             request = self._next_request[job] = session.fairness_request_floats(tasks, session.min_gpu_memory)
         return request
 
-    def _best_among(self, queues: list[str]) -> Best | None:
+    def _best_among(self, rows: list[int]) -> Best | None:
         best: Best | None = None
-        best_queue = ""
+        best_row = 0
         best_key: OrderKey = ()
-        session = self.session
-        for queue in queues:
-            entry = self._entry(queue)
+        for row in rows:
+            entry = self._entry(row)
             if entry is None:
                 continue
             candidate, key = entry
             if (
                 best is None
                 or key < best_key
-                or (key == best_key and session.queue_tiebreak(queue, best_queue) < 0)
+                or (
+                    key == best_key
+                    and self.session.queue_tiebreak(self._names[row], self._names[best_row]) < 0
+                )
             ):
-                best, best_queue, best_key = candidate, queue, key
+                best, best_row, best_key = candidate, row, key
         return best

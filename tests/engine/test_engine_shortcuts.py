@@ -49,9 +49,9 @@ JOB_QUEUE_USERS = (
 class FreshWalkQueue(JobQueue):
     """Walks the whole queue tree on every pop, remembering no queue's choice nor its key."""
 
-    def _entry(self, queue: str) -> Entry | None:
-        self._known.clear()
-        return super()._entry(queue)
+    def _entry(self, row: int) -> Entry | None:
+        self._known = [None] * len(self._known)
+        return super()._entry(row)
 
 
 class OneByOneQueue(JobQueue):
@@ -165,11 +165,12 @@ def test_a_remembered_choice_is_dropped_when_a_charge_alone_changes_the_subtree(
     )
     session = open_session(compile_snapshot(state), config())
     queue = JobQueue(session, list(session.jobs))
-    first = queue._entry("dept")
-    assert first is not None and first[0][0] == "b"  # equal queues: the older one
+    rows = session.queues.index
+    first = queue._entry(rows["dept"])
+    assert first is not None and first[0][0] == rows["b"]  # equal queues: the older one
     session.queues.charge("b", (0.0, 0.0, 3.0), non_preemptible=False)
-    again = queue._entry("dept")
-    assert again is not None and again[0][0] == "c"
+    again = queue._entry(rows["dept"])
+    assert again is not None and again[0][0] == rows["c"]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
