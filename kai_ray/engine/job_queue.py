@@ -98,7 +98,9 @@ class JobQueue:
             return None
         leaf = best[0]
         _, _, job = heapq.heappop(self._heaps[leaf])
-        self._stamp(leaf)
+        stamps = self._stamps  # `_stamp` written out: once per pop
+        for row in self._chains[leaf]:
+            stamps[row] += 1
         return job
 
     def _stamp(self, leaf: int) -> None:

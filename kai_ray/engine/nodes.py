@@ -177,7 +177,12 @@ class NodeState:
         elif status == PIPELINED:
             _take(self.releasing_rows[row], cpu, memory, gpus, pods)
         else:
-            _take(self.idle_rows[row], cpu, memory, gpus, pods)
+            # `_take` written out: the branch of every pod allocated.
+            idle = self.idle_rows[row]
+            idle[CPU] -= cpu
+            idle[MEMORY] -= memory
+            idle[GPU] -= gpus
+            idle[PODS] -= pods
 
     def _apply_groups(
         self,

@@ -92,7 +92,9 @@ class Session:
         self.hooked: dict[str, list[Plugin]] = HookLists(self)
         """Hook name → `plugins_with(hook)`, as a mapping: the per-pod path reads it by subscript,
         without a method call (it asks several hooks per job and per pod)."""
-        self._job_moves: dict[Job, int] = {}
+        self.job_move_counts: dict[Job, int] = {}
+        """Job → how many times a task of it moved this session (`job_moves`), for the jobs that
+        moved: gang collection reads it directly, twice per job placed."""
         self.placed_at_open: dict[int, tuple[TaskStatus, int | None]] = {}
         """Task uid → (status, node row) when the session opened, for each task that moved."""
         self._pending: dict[Job, int] = {}
@@ -181,7 +183,7 @@ class Session:
         task.status, task.node, task.groups = placement.status, placement.node, placement.groups
         self._add(task)
         job = task.job
-        self._job_moves[job] = self._job_moves.get(job, 0) + 1
+        self.job_move_counts[job] = self.job_move_counts.get(job, 0) + 1
         pending = self._pending.get(job, 0) - was_pending + (task.status == PENDING)
         if pending:
             self._pending[job] = pending
@@ -199,7 +201,7 @@ class Session:
 
     def job_moves(self, job: Job) -> int:
         """How many times a task of the job moved this session: what it depends on changed."""
-        return self._job_moves.get(job, 0)
+        return self.job_move_counts.get(job, 0)
 
     def has_pending_tasks(self, job: Job) -> bool:
         """Whether a task of the job is pending: the count `move_task` keeps (as
@@ -213,7 +215,7 @@ class Session:
 
     def moved_jobs(self) -> set[Job]:
         """Jobs a task of which moved this session (even if a rollback put it back)."""
-        return set(self._job_moves)
+        return set(self.job_move_counts)
 
     def _add(self, task: Task) -> None:
         # Only a releasing task can be taken back (`NodeState.take_back`): asked first, as for
