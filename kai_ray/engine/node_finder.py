@@ -190,7 +190,6 @@ class NodeFinder:
     def __init__(self, session: Session) -> None:
         self.session = session
         self._frontiers: dict[ShapeKey, _Frontier] = {}
-        self._keys: dict[int, ShapeKey] = {}
         """Task uid → its shape key: a task's request and spec do not change within a session,
         and building the key again for each query (sorting its node selector) cost a twentieth
         of a small cluster's cycle."""
@@ -249,9 +248,11 @@ class NodeFinder:
             self._frontiers[key] = self._remembering(_frontier_from(answer, cursor), first[key])
 
     def _key_of(self, task: Task) -> ShapeKey:
-        key = self._keys.get(task.uid)
+        """The spec's shape key, kept with its facts (`SpecFacts`) after the first ask."""
+        facts = task.facts
+        key = facts.shape_key
         if key is None:
-            key = self._keys[task.uid] = spec_shape_key.of(task.spec)
+            key = facts.shape_key = spec_shape_key.of(task.spec)
         return key
 
     def best(self, task: Task) -> int | None:

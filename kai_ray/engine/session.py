@@ -224,8 +224,15 @@ class Session:
             self.nodes.add(task)
         # Queue-charging statuses asked first, without a call: the answer for every pod allocated.
         if task.node is not None and (task.status in QUEUE_CHARGING or self._pipelining_charges(task)):
-            node, spec = task.node, task.spec
-            charge = self.placed_charge(task, node) if task.is_shared_gpu else whole_gpu_charge.of(spec)
+            if task.is_shared_gpu:
+                charge = self.placed_charge(task, task.node)
+            else:
+                # `whole_gpu_charge`, kept with the spec's facts after the first ask.
+                facts = task.facts
+                known = facts.queue_charge
+                if known is None:
+                    known = facts.queue_charge = whole_gpu_charge.of(task.spec)
+                charge = known
             self._charges[task.uid] = charge
             job_spec = task.job.spec  # the spec's fields, not `Job`'s properties: once per pod placed
             self.queues.charge(job_spec.queue, charge, not job_spec.preemptible)
@@ -296,8 +303,13 @@ class Session:
         """`fairness_request` as floats with its array's bytes, without the array: what queue
         order reads (the floats) and keys its cache by (the bytes), asked once per pod placed.
         A lone task that shares no GPU has them made once per spec, as its array is."""
-        if len(tasks) == 1:
-            request = lone_request_floats.of(tasks[0].spec)
+        if len(tasks) == 1 and not tasks[0].is_shared_gpu:
+            # `lone_request_floats` (None only for a spec that shares a GPU), kept with the
+            # spec's facts after the first ask.
+            facts = tasks[0].facts
+            request = facts.lone_request
+            if request is None:
+                request = facts.lone_request = lone_request_floats.of(tasks[0].spec)
             if request is not None:
                 return request
         floats = _summed_request(tasks, gpu_memory)

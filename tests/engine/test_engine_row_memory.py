@@ -91,7 +91,10 @@ def test_every_remembered_state_scores_as_a_row_in_it_does(drawn: Drawn) -> None
     session = full_cycle(with_arrivals(running_cluster(nodes, queues, first), later)).session
     finder = session.node_finder
     by_key = {
-        finder._key_of(task): task for job in session.jobs for task in job.tasks if task.uid in finder._keys
+        finder._key_of(task): task
+        for job in session.jobs
+        for task in job.tasks
+        if task.facts.shape_key is not None
     }
     allocatable = [row.tobytes() for row in session.nodes.table.allocatable]
     for key, frontier in finder._frontiers.items():

@@ -22,7 +22,7 @@ from random_clusters import JobDraw, QueueDraw, full_cycle, running_cluster, sce
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
 from kai_ray.engine.cycle import open_session
 from kai_ray.engine.job_queue import Entry, JobQueue
-from kai_ray.engine.jobs import Job, PodSet, RequestFloats, SubGroupSet
+from kai_ray.engine.jobs import Job, PodSet, RequestFloats, SubGroupSet, spec_facts, task_request
 from kai_ray.engine.node_finder import shape_key, shape_of
 from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.plan import Bind, new_bind
@@ -178,13 +178,26 @@ def test_a_remembered_choice_is_dropped_when_a_charge_alone_changes_the_subtree(
 def test_answers_remembered_per_task_are_the_ones_asked_afresh(
     drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
 ) -> None:
-    """The node finder's shape keys and the predicates' size verdicts, after a whole cycle."""
+    """The shape keys, queue charges and lone requests kept with each spec's facts, and the
+    predicates' size verdicts, after a whole cycle."""
     session = cycled(drawn).session
-    finder = session.node_finder
     predicates = next(p for p in session.plugins if isinstance(p, PredicatesPlugin))
     tasks = {task.uid: task for job in session.jobs for task in job.tasks}
-    for uid, key in finder._keys.items():
-        assert key == shape_key(shape_of(tasks[uid]))
+    for task in tasks.values():
+        facts = task.facts
+        assert facts is spec_facts.of(task.spec)
+        assert facts.request_floats == tuple(task_request(task.spec).tolist())
+        if facts.shape_key is not None:
+            assert facts.shape_key == shape_key(shape_of(task))
+        if facts.queue_charge is not None:
+            assert not task.is_shared_gpu
+            spec = task.spec
+            assert facts.queue_charge == (float(spec.cpu_millis), float(spec.memory), float(spec.gpu))
+        if facts.lone_request is not None:
+            assert not task.is_shared_gpu
+            summed = np.zeros(3)
+            summed += task.request[:3]
+            assert facts.lone_request == (tuple(summed.tolist()), summed.tobytes())
     for request, too_big in predicates._too_big.items():
         vector = np.frombuffer(request)
         assert too_big == bool((vector > predicates._max_allocatable + 1e-9).any())
