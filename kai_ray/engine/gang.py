@@ -84,7 +84,7 @@ def _lone_pod_set(
         status = task.status
         if status in ACTIVE_ALLOCATED:
             allocated += 1
-        elif status == PENDING or (status == RELEASING and task.uid in extra):
+        elif status is PENDING or (status is RELEASING and task.uid in extra):
             waiting.append(task)
     if allocated >= pod_set.min_available and node.min_members() > 1:
         return []
@@ -119,7 +119,7 @@ def should_pipeline(job: Job) -> bool:
         # A plain loop, not a generator or a list comprehension (each a call of its own in
         # CPython 3.11): asked after every job the allocate action places.
         for task in pod_set.tasks:
-            if task.status == PIPELINED:
+            if task.status is PIPELINED:
                 break
         else:
             continue

@@ -171,10 +171,10 @@ class NodeState:
         # gives (one IEEE operation per column either way), without a numpy call per pod placed.
         # Adding takes the request itself (the same floats as 1.0 times it).
         cpu, memory, gpus, pods = request if sign == 1.0 else [sign * wanted for wanted in request]
-        if status == RELEASING:
+        if status is RELEASING:
             _give(self.releasing_rows[row], cpu, memory, gpus, pods)
             _take(self.idle_rows[row], cpu, memory, gpus, pods)
-        elif status == PIPELINED:
+        elif status is PIPELINED:
             _take(self.releasing_rows[row], cpu, memory, gpus, pods)
         else:
             # `_take` written out: the branch of every pod allocated.

@@ -76,7 +76,7 @@ def task_state(session: Session, task: Task, alike: dict[StateFields, TaskState]
     fields print alike: a GPU count that is no float, or a zero (0.0 equals -0.0), is not shared."""
     status, row, spec = task.status, task.node, task.spec
     table = session.nodes.table
-    node = spec.node if status == PENDING else None if row is None else table.names[row]
+    node = spec.node if status is PENDING else None if row is None else table.names[row]
     accepted = 0.0
     if row is not None and status in OCCUPYING:
         accepted = spec.accepted_gpus(session.nodes.gpu_memory[row])
@@ -138,17 +138,17 @@ def build_plan(session: Session) -> Plan:
             name, status = task.spec.name, task.status
             states[(key, name)] = state
             before, before_node = placed_at_open.get(task.uid, (status, task.node))
-            if status == before:
+            if status is before:
                 continue
             if status in PLACED and state.node is not None:
                 action = placed_by.get(task.uid, "allocate")
                 bind = new_bind(key, name, state.node, task.groups, state.accepted_gpus, action)
-                (plan.binds if status == ALLOCATED else plan.pipelined).append(bind)
-            if status == PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
+                (plan.binds if status is ALLOCATED else plan.pipelined).append(bind)
+            if status is PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
                 moved_from = session.nodes.table.names[before_node]
                 reason = session.eviction_reasons[task.uid]
                 plan.evictions.append(Eviction(key, name, moved_from, reason))
-            elif status == RELEASING:
+            elif status is RELEASING:
                 reason = session.eviction_reasons[task.uid]
                 plan.evictions.append(Eviction(key, name, state.node, reason))
         plan.tasks.update(states)

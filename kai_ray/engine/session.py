@@ -173,18 +173,18 @@ class Session:
             # A pending task holds nothing on a node and charges no queue (nothing to remove):
             # what every pod placed moves from.
             moves_away = (
-                task.status == RELEASING
-                and placement.status == PIPELINED
+                task.status is RELEASING
+                and placement.status is PIPELINED
                 and placement.node != task.node
                 and task.uid not in self.nodes.left_behind
             )
             self._remove(task, task.node, leave_behind=moves_away)
-        was_pending = task.status == PENDING
+        was_pending = task.status is PENDING
         task.status, task.node, task.groups = placement.status, placement.node, placement.groups
         self._add(task)
         job = task.job
         self.job_move_counts[job] = self.job_move_counts.get(job, 0) + 1
-        pending = self._pending.get(job, 0) - was_pending + (task.status == PENDING)
+        pending = self._pending.get(job, 0) - was_pending + (task.status is PENDING)
         if pending:
             self._pending[job] = pending
         else:
@@ -220,7 +220,7 @@ class Session:
     def _add(self, task: Task) -> None:
         # Only a releasing task can be taken back (`NodeState.take_back`): asked first, as for
         # every pod placed the answer is no.
-        if task.status != RELEASING or not self.nodes.take_back(task):
+        if task.status is not RELEASING or not self.nodes.take_back(task):
             self.nodes.add(task)
         # Queue-charging statuses asked first, without a call: the answer for every pod allocated.
         if task.node is not None and (task.status in QUEUE_CHARGING or self._pipelining_charges(task)):

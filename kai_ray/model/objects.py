@@ -42,7 +42,9 @@ PENDING, ALLOCATED, PIPELINED, RELEASING = (
 )
 """The statuses the engine's per-pod paths compare with, as module constants: a member read
 off its enum class (`TaskStatus.PENDING`) costs several times a global's lookup in CPython
-3.11, and placing a pod compares a dozen times."""
+3.11, and placing a pod compares a dozen times. The hottest of those compare by identity
+(`is`): a status is always a member (`TaskStatus(value)` gives the member itself, and so does
+unpickling one), and `==` on a `str` subclass takes the interpreter's generic comparison."""
 
 
 ACTIVE_USED = frozenset(

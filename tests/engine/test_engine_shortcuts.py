@@ -454,3 +454,20 @@ def test_a_plan_bind_is_the_dataclass_made_by_its_init() -> None:
     spelled = Bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim")
     assert made == spelled and repr(made) == repr(spelled) and vars(made) == vars(spelled)
     assert hash(made) == hash(spelled)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_statuses_are_members_as_the_identity_comparisons_need(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+) -> None:
+    """The per-pod paths compare statuses with `is` (`model.objects`): every status a task holds,
+    or held when the session opened, must be the enum's member itself, never a string equal to
+    one."""
+    session = cycled(drawn).session
+    for job in session.jobs:
+        for task in job.tasks:
+            assert task.status is TaskStatus(task.status)
+            assert task.spec.status is TaskStatus(task.spec.status)
+    for status, _ in session.placed_at_open.values():
+        assert status is TaskStatus(status)
