@@ -65,16 +65,13 @@ class Task:
     is_shared_gpu: bool = field(init=False)
     """Its spec's `is_shared_gpu`, read once: the placement path asks it several times per pod,
     and a spec never changes (a changed pod is a new spec)."""
-    request_floats: RequestFloats = field(init=False)
-    """`request` in plain floats (`task_request_floats`): node rows are charged and compared
-    float by float, and `tolist` per pod placed cost about as much as the arithmetic."""
     facts: SpecFacts = field(init=False)
-    """What the engine derives from its spec, kept per spec (`spec_facts`)."""
+    """What the engine derives from its spec, kept per spec (`spec_facts`): among them its
+    request in plain floats, which node rows are charged and compared with."""
 
     def __post_init__(self) -> None:
         self.is_shared_gpu = self.spec.is_shared_gpu
-        facts = self.facts = spec_facts.of(self.spec)
-        self.request_floats = facts.request_floats
+        self.facts = spec_facts.of(self.spec)
 
     @property
     def name(self) -> str:
@@ -290,6 +287,8 @@ class SpecFacts:
 
     def __init__(self, spec: TaskSpec) -> None:
         self.request_floats: RequestFloats = task_request_floats.of(spec)
+        """`task_request` in plain floats: node rows are charged and compared float by float,
+        and `tolist` per pod placed cost about as much as the arithmetic."""
         self.shape_key: ShapeKey | None = None
         """`node_finder.spec_shape_key` of the spec, once a node finder asked (`_key_of`)."""
         self.queue_charge: Charge | None = None

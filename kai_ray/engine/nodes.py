@@ -162,7 +162,7 @@ class NodeState:
             return
         row = task.node
         self.changed_rows.append(row)
-        self._charge(row, task.request_floats, task.status, sign)
+        self._charge(row, task.facts.request_floats, task.status, sign)
         if task.is_shared_gpu:
             self._apply_groups(task.uid, task.spec, task.groups, task.status, row, sign)
 

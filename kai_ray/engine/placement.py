@@ -57,7 +57,7 @@ def place_task(
         reason = _node_capacity_problem(session, task, task.spec.gpu)
         if reason:
             return reason
-    if not pipeline_only and _starts_now(task.request_floats, session.nodes.idle_rows[best]):
+    if not pipeline_only and _starts_now(task.facts.request_floats, session.nodes.idle_rows[best]):
         statement.allocate(task, best)
     else:
         statement.pipeline(task, best)

@@ -437,8 +437,8 @@ def test_answers_remembered_per_spec_are_the_ones_asked_afresh(
         assert root.ready() == (len([m for m in root.members if m.ready()]) >= root.min_members())
         for task in job.tasks:
             assert task.is_shared_gpu == task.spec.is_shared_gpu
-            assert np.array(task.request_floats).tobytes() == task.request.tobytes()
-            assert all(type(value) is float for value in task.request_floats)
+            assert np.array(task.facts.request_floats).tobytes() == task.request.tobytes()
+            assert all(type(value) is float for value in task.facts.request_floats)
             if task.is_shared_gpu:
                 continue
             charge = whole_gpu_charge(task.spec)
