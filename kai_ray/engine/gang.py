@@ -26,7 +26,7 @@ def tasks_to_allocate(
     """
     if extra_pending:
         return _collect(session, job.root, extra_pending)
-    moves = session.job_move_counts.get(job, 0)  # `job_moves`, without a call
+    moves = session.job_move_counts.get(job, 0)
     known = session.gang_tasks.get(job)
     if known is None or known[0] != moves:
         known = (moves, _collect(session, job.root, NO_EXTRA))

@@ -93,8 +93,9 @@ class Session:
         """Hook name → `plugins_with(hook)`, as a mapping: the per-pod path reads it by subscript,
         without a method call (it asks several hooks per job and per pod)."""
         self.job_move_counts: dict[Job, int] = {}
-        """Job → how many times a task of it moved this session (`job_moves`), for the jobs that
-        moved: gang collection reads it directly, twice per job placed."""
+        """Job → how many times a task of it moved this session, for the jobs that moved: what a
+        job's remembered gang tasks depend on changed. Read as a mapping, without a method call:
+        gang collection asks it twice per job placed."""
         self.placed_at_open: dict[int, tuple[TaskStatus, int | None]] = {}
         """Task uid → (status, node row) when the session opened, for each task that moved."""
         self._pending: dict[Job, int] = {}
@@ -102,7 +103,7 @@ class Session:
         start from, without scanning every job."""
         self._position: dict[Job, int] = {}
         self.gang_tasks: dict[Job, tuple[int, list[Task]]] = {}
-        """Job → (its `job_moves` then, the tasks `gang.tasks_to_allocate` found): see there."""
+        """Job → (its `job_move_counts` then, the tasks `gang.tasks_to_allocate` found): see there."""
         self.simulating = False
         self._in_session = False
         self._plugins_open = False
@@ -199,10 +200,6 @@ class Session:
         else:
             self.placed_by[task.uid] = action
 
-    def job_moves(self, job: Job) -> int:
-        """How many times a task of the job moved this session: what it depends on changed."""
-        return self.job_move_counts.get(job, 0)
-
     def has_pending_tasks(self, job: Job) -> bool:
         """Whether a task of the job is pending: the count `move_task` keeps (as
         `jobs_with_pending_tasks` reads it), without a pass over the job's tasks; asked after
@@ -264,9 +261,6 @@ class Session:
             spec.node or ""
         )
         return not as_in_snapshot
-
-    def record_commit(self, operations: Sequence[Operation]) -> None:
-        self.committed.extend(operations)
 
     # ------------------------------------------------------------------ resource views
     @functools.cached_property

@@ -86,5 +86,5 @@ class Statement:
                 self.pipeline(task, task.node, task.groups)
 
     def commit(self) -> None:
-        self.session.committed.extend(self.operations)  # `record_commit`, without a call: per job
+        self.session.committed.extend(self.operations)
         self.operations = []
