@@ -190,9 +190,6 @@ class NodeFinder:
     def __init__(self, session: Session) -> None:
         self.session = session
         self._frontiers: dict[ShapeKey, _Frontier] = {}
-        """Task uid → its shape key: a task's request and spec do not change within a session,
-        and building the key again for each query (sorting its node selector) cost a twentieth
-        of a small cluster's cycle."""
         self._node_plugins = node_plugins(session)
         classes = [type(p) for p in self._node_plugins]
         self._plain_plugins = all(cls in KNOWN_NODE_PLUGINS for cls in classes)
@@ -248,7 +245,9 @@ class NodeFinder:
             self._frontiers[key] = self._remembering(_frontier_from(answer, cursor), first[key])
 
     def _key_of(self, task: Task) -> ShapeKey:
-        """The spec's shape key, kept with its facts (`SpecFacts`) after the first ask."""
+        """The spec's shape key, kept with its facts (`SpecFacts`) after the first ask: building it
+        again for each query (sorting its node selector) cost a twentieth of a small cluster's
+        cycle."""
         facts = task.facts
         key = facts.shape_key
         if key is None:

@@ -13,8 +13,8 @@ Why a job goes where it goes:
   to make room there by evicting (reclaim, preempt, consolidation run in every part), unless it is
   a plain gang (pod sets side by side, no topology constraint), which is divided instead: each
   part gets a share of each pod set's pods in proportion to its capacity, as a gang of its own
-  (`Part.shares`), so a gang no part can hold is assembled from the parts' offers, all of them or
-  none (`checks`);
+  (`Part.share_tasks`), so a gang no part can hold is assembled from the parts' offers, all of
+  them or none (`checks`);
 - a job asking more than any single part has at all, and not divisible, is kept for the local
   engine.
 The deal is a pure function of the snapshot and the partitions: the same snapshot is dealt the
