@@ -27,7 +27,7 @@ from kai_ray.engine.plugins.base import OrderKey, Plugin
 from kai_ray.engine.plugins.registry import plugin_class
 from kai_ray.engine.queues import Charge, QueueBook
 from kai_ray.engine.reasons import EvictionReason, PendingReason, main_cause
-from kai_ray.engine.statement import Operation, Placement
+from kai_ray.engine.statement import Placement
 from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.identity_cache import IdentityCache
 from kai_ray.model.objects import (
@@ -78,7 +78,6 @@ class Session:
         self.placed_by: dict[int, str] = {}
         """Task uid → the action that placed it (bound or pipelined) this cycle."""
         self.stale_since: dict[str, float] = {}
-        self.committed: list[Operation] = []
         self._charges: dict[int, Charge] = {}
         """Task uid → what it charges its queue, for tasks placed in this session."""
         self._charged_at_open: frozenset[int] = frozenset()
@@ -170,18 +169,19 @@ class Session:
     # ------------------------------------------------------------------ the one primitive
     def move_task(self, task: Task, placement: Placement) -> None:
         self.placed_at_open.setdefault(task.uid, (task.status, task.node))
+        status, node, groups = placement
         if task.node is not None:
             # A pending task holds nothing on a node and charges no queue (nothing to remove):
             # what every pod placed moves from.
             moves_away = (
                 task.status is RELEASING
-                and placement.status is PIPELINED
-                and placement.node != task.node
+                and status is PIPELINED
+                and node != task.node
                 and task.uid not in self.nodes.left_behind
             )
             self._remove(task, task.node, leave_behind=moves_away)
         was_pending = task.status is PENDING
-        task.status, task.node, task.groups = placement.status, placement.node, placement.groups
+        task.status, task.node, task.groups = status, node, groups
         self._add(task)
         job = task.job
         self.job_move_counts[job] = self.job_move_counts.get(job, 0) + 1
@@ -190,7 +190,7 @@ class Session:
             self._pending[job] = pending
         else:
             self._pending.pop(job, None)
-        if placement.status in (ALLOCATED, PIPELINED):
+        if status is ALLOCATED or status is PIPELINED:
             self.placed_by[task.uid] = self.current_action
 
     def credit_placement(self, task: Task, action: str | None) -> None:

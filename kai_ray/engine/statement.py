@@ -7,7 +7,7 @@ vectors, GPU groups and queue accounting come back bit for bit (§3).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from kai_ray.model.objects import ALLOCATED, PIPELINED, RELEASING, TaskStatus
 
@@ -16,22 +16,18 @@ if TYPE_CHECKING:
     from kai_ray.engine.session import Session
 
 
-class Placement(NamedTuple):
-    """Where a task stands. Named tuples, not frozen dataclasses: two are built per placed pod,
-    and a frozen dataclass sets each field through `object.__setattr__`."""
+Placement = tuple[TaskStatus, int | None, tuple[str, ...]]
+"""Where a task stands: its status, node row (None for none) and GPU groups.
 
-    status: TaskStatus
-    node: int | None
-    groups: tuple[str, ...]
+Plain tuples, not named ones: two are made per pod placed, and building a named tuple (a
+Python-level ``__new__`` plus ``tuple.__new__``'s subclass path) cost several times what the
+tuple display costs; together with `Operation` it was a twentieth of a small cluster's cycle.
+Readers unpack them."""
 
-
-class Operation(NamedTuple):
-    task: Task
-    before: Placement
-    after: Placement
-    placed_by: str | None = None
-    """The action the task's placement was credited to before (`Session.placed_by`): moving it
-    back restores that credit, so a simulated scenario never renames who placed a task."""
+Operation = tuple["Task", Placement, str | None]
+"""One move a statement made: the task, where it stood before, and the action its placement
+was credited to before (`Session.placed_by`): moving it back restores that credit, so a
+simulated scenario never renames who placed a task. A plain tuple, as `Placement` is."""
 
 
 class Statement:
@@ -40,31 +36,31 @@ class Statement:
         self.operations: list[Operation] = []
 
     def _record(self, task: Task, after: Placement) -> None:
-        before = Placement(task.status, task.node, task.groups)
+        before = (task.status, task.node, task.groups)
         placed_by = self.session.placed_by.get(task.uid)
         self.session.move_task(task, after)
-        self.operations.append(Operation(task, before, after, placed_by))
+        self.operations.append((task, before, placed_by))
 
     def allocate(self, task: Task, node: int, groups: tuple[str, ...] = ()) -> None:
-        self._record(task, Placement(ALLOCATED, node, groups))
+        self._record(task, (ALLOCATED, node, groups))
 
     def pipeline(self, task: Task, node: int, groups: tuple[str, ...] = ()) -> None:
         """Pipelining a task this statement evicted back to exactly where it was un-evicts it."""
-        evicted_here = task.status == RELEASING and any(op.task is task for op in self.operations)
+        evicted_here = task.status == RELEASING and any(op[0] is task for op in self.operations)
         if evicted_here and node == task.node and (not task.is_shared_gpu or groups == task.groups):
             self.restore(task)
             return
-        self._record(task, Placement(PIPELINED, node, groups))
+        self._record(task, (PIPELINED, node, groups))
 
     def evict(self, task: Task) -> None:
-        self._record(task, Placement(RELEASING, task.node, task.groups))
+        self._record(task, (RELEASING, task.node, task.groups))
 
     def restore(self, task: Task) -> None:
         """Put a task back where it was when this statement first touched it (un-evict)."""
-        for operation in self.operations:
-            if operation.task is task:
-                self._record(task, operation.before)
-                self.session.credit_placement(task, operation.placed_by)
+        for moved, before, placed_by in self.operations:
+            if moved is task:
+                self._record(task, before)
+                self.session.credit_placement(task, placed_by)
                 return
 
     def checkpoint(self) -> int:
@@ -72,9 +68,9 @@ class Statement:
 
     def rollback(self, checkpoint: int) -> None:
         while len(self.operations) > checkpoint:
-            operation = self.operations.pop()
-            self.session.move_task(operation.task, operation.before)
-            self.session.credit_placement(operation.task, operation.placed_by)
+            task, before, placed_by = self.operations.pop()
+            self.session.move_task(task, before)
+            self.session.credit_placement(task, placed_by)
 
     def discard(self) -> None:
         self.rollback(0)
@@ -86,5 +82,5 @@ class Statement:
                 self.pipeline(task, task.node, task.groups)
 
     def commit(self) -> None:
-        self.session.committed.extend(self.operations)
+        """Keep what was done: nothing is left to undo."""
         self.operations = []
