@@ -7,6 +7,7 @@ apply it and tests can assert on it without a cluster.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kai_ray.engine.jobs import Task
 from kai_ray.engine.reasons import EvictionReason, PendingCause, PendingReason
@@ -26,9 +27,14 @@ PLACED = frozenset({ALLOCATED, PIPELINED})
 """What placing a pod turns it into: a bind or a pipelined pod."""
 
 
-@dataclass(frozen=True)
-class TaskState:
-    """Where a task stands after the cycle, as the simulator reports it."""
+class TaskState(NamedTuple):
+    """Where a task stands after the cycle, as the simulator reports it.
+
+    The plan's records (this, `Bind`, `Eviction`) are named tuples, not frozen dataclasses: a
+    plan states every pod of the cluster and a split cycle's merge makes one per pod an answer
+    placed, and a dataclass instance (its object, its instance dict, the fields put in it) cost
+    about three times a tuple's making (`new_task_state`). Fields read by name alike; records
+    are immutable and compare by their fields either way."""
 
     status: TaskStatus
     node: str | None
@@ -36,8 +42,7 @@ class TaskState:
     accepted_gpus: float
 
 
-@dataclass(frozen=True)
-class Bind:
+class Bind(NamedTuple):
     """A pod placed this cycle; `action` is the action that placed it (KAI's metric label)."""
 
     job: str
@@ -48,8 +53,7 @@ class Bind:
     action: str = "allocate"
 
 
-@dataclass(frozen=True)
-class Eviction:
+class Eviction(NamedTuple):
     job: str
     task: str
     node: str | None
@@ -106,11 +110,10 @@ def shared_state(
 def new_task_state(
     status: TaskStatus, node: str | None, groups: tuple[str, ...], accepted: float
 ) -> TaskState:
-    """`TaskState(status, node, groups, accepted)`, built as `new_bind` builds a bind: a plan
-    states every pod of the cluster."""
-    state: TaskState = object.__new__(TaskState)
-    state.__dict__.update(status=status, node=node, gpu_groups=groups, accepted_gpus=accepted)
-    return state
+    """`TaskState(status, node, groups, accepted)`, made by `tuple.__new__` itself instead of
+    through the named tuple's own `__new__` (a Python function, the call costing as much again as
+    the tuple): a plan states every pod of the cluster."""
+    return tuple.__new__(TaskState, (status, node, groups, accepted))
 
 
 def build_plan(session: Session) -> Plan:
@@ -147,10 +150,10 @@ def build_plan(session: Session) -> Plan:
             if status is PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
                 moved_from = session.nodes.table.names[before_node]
                 reason = session.eviction_reasons[task.uid]
-                plan.evictions.append(Eviction(key, name, moved_from, reason))
+                plan.evictions.append(new_eviction(key, name, moved_from, reason))
             elif status is RELEASING:
                 reason = session.eviction_reasons[task.uid]
-                plan.evictions.append(Eviction(key, name, state.node, reason))
+                plan.evictions.append(new_eviction(key, name, state.node, reason))
         plan.tasks.update(states)
         job.plan_states = states
     for job in session.jobs_with_pending_tasks():
@@ -161,15 +164,15 @@ def build_plan(session: Session) -> Plan:
 
 
 def new_bind(job: str, task: str, node: str, groups: tuple[str, ...], accepted: float, action: str) -> Bind:
-    """`Bind(job, task, node, groups, accepted, action)`, its fields put in the instance's dict at
-    once instead of through the frozen dataclass's `__init__` (an `object.__setattr__` per field):
-    one is made per pod placed, and building them was a fortieth of a small cluster's cycle (a
-    split cycle's merge makes them too)."""
-    bind: Bind = object.__new__(Bind)
-    bind.__dict__.update(
-        job=job, task=task, node=node, gpu_groups=groups, accepted_gpus=accepted, action=action
-    )
-    return bind
+    """`Bind(job, task, node, groups, accepted, action)`, made as `new_task_state` makes a state:
+    one is made per pod placed, and a split cycle's merge makes them too."""
+    return tuple.__new__(Bind, (job, task, node, groups, accepted, action))
+
+
+def new_eviction(job: str, task: str, node: str | None, reason: EvictionReason) -> Eviction:
+    """`Eviction(job, task, node, reason)`, made as `new_task_state` makes a state: a large
+    reclaim evicts thousands of pods."""
+    return tuple.__new__(Eviction, (job, task, node, reason))
 
 
 def problem_reasons(problems: list[Problem]) -> dict[str, PendingReason]:

@@ -19,11 +19,11 @@ import numpy as np
 
 from kai_ray.engine.plan import (
     Bind,
-    Eviction,
     Plan,
     StateFields,
     TaskState,
     new_bind,
+    new_eviction,
     new_task_state,
     problem_reasons,
     shared_state,
@@ -155,7 +155,7 @@ class PartsMerge:
                 why = reasons[(cause, message, preemptor)] = EvictionReason(
                     EvictionCause(cause), message, preemptor
                 )
-            evictions.append(_eviction(job_key, name, node, why))
+            evictions.append(new_eviction(job_key, name, node, why))
         for name, waiting in problem_reasons(snapshot.problems).items():
             plan.pending_reasons.setdefault(name, waiting)
         return plan
@@ -176,11 +176,3 @@ class PartsMerge:
         if type(accepted) is float and accepted != 0.0:
             return shared_state(self._alike, RELEASING, node, groups, accepted)
         return new_task_state(RELEASING, node, groups, accepted)
-
-
-def _eviction(job: str, task: str, node: str, reason: EvictionReason) -> Eviction:
-    """`Eviction(job, task, node, reason)`, built as `new_bind` builds a bind: a large reclaim
-    evicts thousands of pods, after the parts' last answer."""
-    eviction: Eviction = object.__new__(Eviction)
-    eviction.__dict__.update(job=job, task=task, node=node, reason=reason)
-    return eviction

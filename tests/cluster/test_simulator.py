@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from builders import cluster, config
 
@@ -142,7 +140,7 @@ def test_run_advances_between_cycles_and_reaches_a_fixed_point() -> None:
     assert len(results) == 3
     assert len(results[0].plan.binds) == 4
     bound_then_running = {
-        key: replace(value, status=S.RUNNING) if value.status == S.ALLOCATED else value
+        key: value._replace(status=S.RUNNING) if value.status == S.ALLOCATED else value
         for key, value in results[0].end.tasks.items()
     }
     assert results[1].start.tasks == bound_then_running

@@ -25,15 +25,15 @@ from kai_ray.engine.job_queue import Entry, JobQueue
 from kai_ray.engine.jobs import Job, PodSet, RequestFloats, SubGroupSet, spec_facts, task_request
 from kai_ray.engine.node_finder import shape_key, shape_of
 from kai_ray.engine.nodes import NodeState
-from kai_ray.engine.plan import Bind, new_bind
+from kai_ray.engine.plan import Bind, Eviction, TaskState, new_bind, new_eviction, new_task_state
 from kai_ray.engine.plugins.base import OrderKey
 from kai_ray.engine.plugins.predicates import PredicatesPlugin
 from kai_ray.engine.plugins.proportion import ZERO_SHARE_PENALTY, ProportionPlugin
 from kai_ray.engine.plugins.topology import TopologyPlugin
 from kai_ray.engine.queues import Charge, QueueBook
-from kai_ray.engine.reasons import PendingCause
+from kai_ray.engine.reasons import EvictionCause, EvictionReason, PendingCause
 from kai_ray.engine.session import Session, whole_gpu_charge
-from kai_ray.model.objects import PIPELINED, RELEASING, UNLIMITED, TaskStatus
+from kai_ray.model.objects import ALLOCATED, PIPELINED, RELEASING, UNLIMITED, TaskStatus
 from kai_ray.model.resources import EPSILON
 from kai_ray.model.snapshot import compile_snapshot
 
@@ -448,12 +448,23 @@ def test_answers_remembered_per_spec_are_the_ones_asked_afresh(
                 assert np.array(charge).tobytes() == fresh.tobytes()
 
 
-def test_a_plan_bind_is_the_dataclass_made_by_its_init() -> None:
-    """`plan.new_bind` fills the very fields `Bind.__init__` does."""
-    made = new_bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim")
-    spelled = Bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim")
-    assert made == spelled and repr(made) == repr(spelled) and vars(made) == vars(spelled)
-    assert hash(made) == hash(spelled)
+def test_the_plan_records_made_the_short_way_are_those_their_classes_make() -> None:
+    """`new_bind`, `new_task_state` and `new_eviction` fill the very fields the named tuples'
+    own constructors do, in their order, of their type."""
+    reason = EvictionReason(EvictionCause.RECLAIM, "reclaimed for ns/other", "ns/other")
+    pairs = [
+        (
+            new_bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim"),
+            Bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim"),
+        ),
+        (new_task_state(ALLOCATED, "n1", (), 1.0), TaskState(ALLOCATED, "n1", (), 1.0)),
+        (new_eviction("ns/job", "job-1", "n2", reason), Eviction("ns/job", "job-1", "n2", reason)),
+    ]
+    for made, spelled in pairs:
+        assert type(made) is type(spelled)
+        assert made == spelled and repr(made) == repr(spelled) and hash(made) == hash(spelled)
+        assert made._asdict() == spelled._asdict()
+    assert pairs[0][0].action == "reclaim" and pairs[1][0].node == "n1" and pairs[2][0].reason is reason
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
