@@ -256,9 +256,16 @@ class NodeFinder:
 
     def best(self, task: Task) -> int | None:
         """The best feasible row for the task, or None when no row fits: the first row `ordered`
-        gives, without a generator (asked once per pod that shares no GPU)."""
-        key = self._key_of(task)
-        frontier = self._settled(task, key, self._refreshed(task, key))
+        gives, without a generator (asked once per pod that shares no GPU). `_key_of` and
+        `_refreshed` are written out: two calls fewer per pod, each its remembered answer's cost."""
+        key = task.facts.shape_key
+        if key is None:
+            key = self._key_of(task)
+        frontier = self._frontiers.get(key)
+        if frontier is None:
+            frontier = self._exact(task, key)
+        self._refresh(task, frontier)
+        frontier = self._settled(task, key, frontier)
         return frontier.heap[0][1] if frontier.heap else None
 
     def ordered(self, task: Task) -> Generator[int, None, None]:

@@ -125,9 +125,6 @@ class NodeState:
             releasing[row] = self.releasing_rows[row]
         self._caught_up = len(changed)
 
-    def add(self, task: Task) -> None:
-        self._apply(task, +1.0)
-
     def open_with(self, used: np.ndarray, releasing: np.ndarray) -> None:
         """Book what the snapshot's tasks that share no GPU hold, added up per row (`booking`):
         `used` leaves idle, `releasing` is what releasing tasks free minus what pipelined ones
@@ -138,7 +135,7 @@ class NodeState:
         self.idle_rows, self.releasing_rows = self._idle.tolist(), self._releasing.tolist()
 
     def remove(self, task: Task) -> None:
-        self._apply(task, -1.0)
+        self.add(task, -1.0)
 
     def leave_behind(self, task: Task) -> None:
         """An evicted task moves to another node: what it holds stays releasing where it was.
@@ -157,7 +154,10 @@ class NodeState:
         del self.left_behind[task.uid]
         return True
 
-    def _apply(self, task: Task, sign: float) -> None:
+    def add(self, task: Task, sign: float = 1.0) -> None:
+        """Book what the task holds on its node; a `sign` of -1.0 takes it away (`remove`). One
+        method for both, called directly: adding runs once per pod placed, and a call through
+        another cost as much as the pod's charge."""
         if task.node is None or task.status not in OCCUPYING:
             return
         row = task.node
