@@ -83,7 +83,9 @@ def task_state(session: Session, task: Task, alike: dict[StateFields, TaskState]
     node = spec.node if status is PENDING else None if row is None else table.names[row]
     accepted = 0.0
     if row is not None and status in OCCUPYING:
-        accepted = spec.accepted_gpus(session.nodes.gpu_memory[row])
+        # A pod that shares no GPU counts its whole GPUs (`TaskSpec.accepted_gpus`), read without
+        # the two calls: a plan states every pod.
+        accepted = spec.accepted_gpus(session.nodes.gpu_memory[row]) if task.is_shared_gpu else spec.gpu
         if type(accepted) is not float or accepted == 0.0:
             alike = None
     if alike is None:
@@ -140,9 +142,10 @@ def build_plan(session: Session) -> Plan:
             state = task_state(session, task, alike)
             name, status = task.spec.name, task.status
             states[(key, name)] = state
-            before, before_node = placed_at_open.get(task.uid, (status, task.node))
-            if status is before:
+            opened = placed_at_open.get(task.uid)
+            if opened is None or opened[0] is status:  # never moved, or back where it was
                 continue
+            before, before_node = opened
             if status in PLACED and state.node is not None:
                 action = placed_by.get(task.uid, "allocate")
                 bind = new_bind(key, name, state.node, task.groups, state.accepted_gpus, action)
