@@ -65,6 +65,7 @@ class JobQueue:
             for name in book.names
         ]
         """Row → its children's rows, None for a leaf (every pop asks of several queues)."""
+        self._book = book
         self._push_all(jobs)
 
     def _push_all(self, jobs: list[Job]) -> None:
@@ -112,10 +113,11 @@ class JobQueue:
         return any(self._heaps)
 
     def _entry(self, row: int) -> Entry | None:
-        """The queue's best job below it and its order key, remembered while neither the queue's
-        version nor its stamp changes (see the module's docstring). Both counts only grow, so
-        their sum changes whenever either does: one comparison per queue asked (a pop asks two
-        queues per level, and one of each pair is the queue the last placement left alone).
+        """The queue's best job below it and its order key, computed now and remembered with the
+        queue's version and stamp then: `_best_among` reads it back while neither changes (see
+        the module's docstring). Both counts only grow, so their sum changes whenever either
+        does: one comparison per queue asked (a pop asks two queues per level, and one of each
+        pair is the queue the last placement left alone).
 
         A key asked after the queue's version moved since this queue last asked is computed
         without the session's cache: the cache keeps keys by version, so it could only answer one
@@ -123,11 +125,8 @@ class JobQueue:
         none has; looking it up and storing it cost a third of a key. The cache still serves the
         first key of each queue and keys asked at an unchanged version (a job that placed nothing
         leaves the next one, often alike, the same queue state)."""
-        version = self.session.queues.versions[row]
-        count = version + self._stamps[row]
+        version = self._book.versions[row]
         known = self._known[row]
-        if known is not None and known[0] == count:
-            return known[2]
         children = self._children[row]
         if children is None:
             heap = self._heaps[row]
@@ -142,7 +141,7 @@ class JobQueue:
                 entry = (best, session.uncached_queue_order_key(self._names[row], vector))
             else:
                 entry = (best, session.queue_order_key(self._names[row], vector, vector_bytes))
-        self._known[row] = (count, version, entry)
+        self._known[row] = (version + self._stamps[row], version, entry)
         return entry
 
     def _request_of(self, job: Job) -> FairnessFloats:
@@ -156,11 +155,19 @@ class JobQueue:
         return request
 
     def _best_among(self, rows: list[int]) -> Best | None:
+        """The best job below the queues of `rows` by queue order, ties broken by
+        `Session.queue_tiebreak`. A queue's remembered entry is read here, not through a call of
+        `_entry`: half the queues a pop asks are unchanged since they last answered."""
+        versions, stamps, known = self._book.versions, self._stamps, self._known
         best: Best | None = None
         best_row = 0
         best_key: OrderKey = ()
         for row in rows:
-            entry = self._entry(row)
+            remembered = known[row]
+            if remembered is not None and remembered[0] == versions[row] + stamps[row]:
+                entry = remembered[2]
+            else:
+                entry = self._entry(row)
             if entry is None:
                 continue
             candidate, key = entry

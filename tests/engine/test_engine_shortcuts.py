@@ -21,7 +21,7 @@ from random_clusters import JobDraw, QueueDraw, full_cycle, running_cluster, sce
 
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
 from kai_ray.engine.cycle import open_session
-from kai_ray.engine.job_queue import Entry, JobQueue
+from kai_ray.engine.job_queue import JobQueue
 from kai_ray.engine.jobs import Job, PodSet, RequestFloats, SubGroupSet, spec_facts, task_request
 from kai_ray.engine.node_finder import shape_key, shape_of
 from kai_ray.engine.nodes import NodeState
@@ -49,9 +49,9 @@ JOB_QUEUE_USERS = (
 class FreshWalkQueue(JobQueue):
     """Walks the whole queue tree on every pop, remembering no queue's choice nor its key."""
 
-    def _entry(self, row: int) -> Entry | None:
+    def pop(self) -> Job | None:
         self._known = [None] * len(self._known)
-        return super()._entry(row)
+        return super().pop()
 
 
 class OneByOneQueue(JobQueue):
@@ -166,11 +166,11 @@ def test_a_remembered_choice_is_dropped_when_a_charge_alone_changes_the_subtree(
     session = open_session(compile_snapshot(state), config())
     queue = JobQueue(session, list(session.jobs))
     rows = session.queues.index
-    first = queue._entry(rows["dept"])
-    assert first is not None and first[0][0] == rows["b"]  # equal queues: the older one
+    first = queue._best_among([rows["dept"]])
+    assert first is not None and first[0] == rows["b"]  # equal queues: the older one
     session.queues.charge("b", (0.0, 0.0, 3.0), non_preemptible=False)
-    again = queue._entry(rows["dept"])
-    assert again is not None and again[0][0] == rows["c"]
+    again = queue._best_among([rows["dept"]])
+    assert again is not None and again[0] == rows["c"]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
