@@ -66,6 +66,11 @@ class JobQueue:
         ]
         """Row → its children's rows, None for a leaf (every pop asks of several queues)."""
         self._book = book
+        self._count = count
+        self._verdicts: dict[int, int] = {}
+        """`row * count + other row` → `Session.queue_tiebreak` of the two queues, fixed for the
+        session: keys tie on most pops among alike queues, and the session remembers verdicts
+        by a tuple of names, built and hashed per tie behind a method call."""
         self._push_all(jobs)
 
     def _push_all(self, jobs: list[Job]) -> None:
@@ -171,13 +176,15 @@ class JobQueue:
             if entry is None:
                 continue
             candidate, key = entry
-            if (
-                best is None
-                or key < best_key
-                or (
-                    key == best_key
-                    and self.session.queue_tiebreak(self._names[row], self._names[best_row]) < 0
-                )
-            ):
+            if best is None or key < best_key:
                 best, best_row, best_key = candidate, row, key
+            elif key == best_key:
+                pair = row * self._count + best_row
+                verdict = self._verdicts.get(pair)
+                if verdict is None:
+                    verdict = self._verdicts[pair] = self.session.queue_tiebreak(
+                        self._names[row], self._names[best_row]
+                    )
+                if verdict < 0:
+                    best, best_row, best_key = candidate, row, key
         return best

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from typing import ClassVar
 from unittest import mock
 
 import numpy as np
@@ -123,6 +124,33 @@ def test_jobs_heapified_at_once_pop_as_jobs_pushed_one_by_one(
     with fresh_walks(OneByOneQueue):
         pushed = whole_plan(drawn)
     assert whole_plan(drawn) == pushed
+
+
+class RecordedQueue(JobQueue):
+    """A job queue kept in `RecordedQueue.made` once made, to read what it remembered."""
+
+    made: ClassVar[list[JobQueue]] = []
+
+    def _push_all(self, jobs: list[Job]) -> None:
+        RecordedQueue.made.append(self)
+        super()._push_all(jobs)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_tiebreaks_the_job_queue_remembers_by_rows_are_the_sessions_verdicts_asked_afresh(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+) -> None:
+    """Each verdict kept under a pair of rows is the one the plugins and ages give those two
+    queues now: a pair's int read back as the wrong pair, or in the wrong order, would differ."""
+    RecordedQueue.made = []
+    with fresh_walks(RecordedQueue):
+        cycled(drawn)
+    for queue in RecordedQueue.made:
+        names = queue._names
+        for pair, verdict in queue._verdicts.items():
+            row, other = divmod(pair, len(names))
+            assert verdict == queue.session._queue_tiebreak(names[row], names[other])
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
