@@ -66,6 +66,8 @@ class JobQueue:
         ]
         """Row → its children's rows, None for a leaf (every pop asks of several queues)."""
         self._book = book
+        self._key_at = session.queue_key_at
+        """`Session.queue_key_at`, read once: a pop computes a key or two."""
         self._count = count
         self._verdicts: dict[int, int] = {}
         """`row * count + other row` → `Session.queue_tiebreak` of the two queues, fixed for the
@@ -141,11 +143,10 @@ class JobQueue:
         entry = None
         if best is not None:
             vector, vector_bytes = best[2]
-            session = self.session
             if known is not None and known[1] != version:
-                entry = (best, session.uncached_queue_order_key(self._names[row], vector))
+                entry = (best, self._key_at(row, vector))
             else:
-                entry = (best, session.queue_order_key(self._names[row], vector, vector_bytes))
+                entry = (best, self.session.queue_order_key(self._names[row], vector, vector_bytes))
         self._known[row] = (version + self._stamps[row], version, entry)
         return entry
 

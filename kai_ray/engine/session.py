@@ -12,7 +12,7 @@ import contextlib
 import functools
 import logging
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -375,31 +375,39 @@ class Session:
         Only the key of a request's latest version is kept: versions only grow, so an older one
         is never asked again, and replacing it keeps the cache from growing with every charge."""
         book = self.queues
-        version = book.versions[book.index[queue]]
+        row = book.index[queue]
+        version = book.versions[row]
         by_request = self._queue_keys.get(queue)
         if by_request is None:
             by_request = self._queue_keys[queue] = {}
         known = by_request.get(job_bytes)
         if known is not None and known[0] == version:
             return known[1]
-        key = self.uncached_queue_order_key(queue, job)
+        key = self.queue_key_at(row, job)
         by_request[job_bytes] = (version, key)
         return key
 
     def uncached_queue_order_key(self, queue: str, job: Sequence[float]) -> OrderKey:
-        """`queue_order_key` computed afresh, neither looked up nor kept: for a caller that knows
-        the cache cannot hold it (see `JobQueue._entry`)."""
+        """`queue_order_key` computed afresh, neither looked up nor kept."""
+        return self.queue_key_at(self.queues.index[queue], job)
+
+    @functools.cached_property
+    def queue_key_at(self) -> Callable[[int, Sequence[float]], OrderKey]:
+        """`uncached_queue_order_key` by the queue's row in the `QueueBook`. Where one plugin
+        orders queues (the default set), its own `Plugin.queue_order_key_at`, bound: the job
+        queue calls it for every queue whose accounting changed on every pop (see
+        `JobQueue._entry`), and the session's dispatch and the name's lookup were a fifth of a
+        key. Made on first use, after the plugins are open."""
         plugins = self.hooked["queue_order_key"]
         if len(plugins) == 1:
-            # One plugin orders queues (the default set): its key as a tuple, without building
-            # the concatenation (asked for every queue whose accounting changed, on every pop).
-            part = plugins[0].queue_order_key(queue, job)
-            return () if part is None else tuple(part)
+            return plugins[0].queue_order_key_at
+        return self._joined_queue_order_key_at
+
+    def _joined_queue_order_key_at(self, row: int, job: Sequence[float]) -> OrderKey:
+        """The plugins' keys concatenated in plugin order (empty where none orders queues)."""
         key: list[float | str] = []
-        for plugin in plugins:
-            part = plugin.queue_order_key(queue, job)
-            if part is not None:
-                key.extend(part)
+        for plugin in self.hooked["queue_order_key"]:
+            key.extend(plugin.queue_order_key_at(row, job))
         return tuple(key)
 
     def queue_tiebreak(self, left: str, right: str) -> int:

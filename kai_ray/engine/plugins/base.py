@@ -68,6 +68,14 @@ class Plugin:
         memory, GPUs as plain floats, as queue order asks it on every pop)."""
         return None
 
+    def queue_order_key_at(self, row: int, job: Sequence[float]) -> OrderKey:
+        """`queue_order_key` of the queue at that row of the session's `QueueBook`, as a whole key
+        (a tuple, empty for None): the job queue knows queues by row and, when one plugin orders
+        queues, calls this directly for every queue whose accounting changed on every pop. A
+        plugin may override it to compute the key without the name."""
+        part = self.queue_order_key(self.session.queues.names[row], job)
+        return () if part is None else tuple(part)
+
     def queue_tiebreak(self, left: str, right: str) -> int | None:
         """For orders no key can express: -1 when `left` goes first, 1 when `right` does, else 0/None."""
         return None

@@ -46,7 +46,11 @@ class ProportionPlugin(Plugin):
         fair shares are. Every pop reads them for two queues or more."""
 
     def queue_order_key(self, queue: str, job: Sequence[float]) -> OrderKey:
-        """§5.2 rules 1-6 as a sort key: smaller goes first.
+        return self.queue_order_key_at(self.session.queues.index[queue], job)
+
+    def queue_order_key_at(self, row: int, job: Sequence[float]) -> OrderKey:
+        """§5.2 rules 1-6 as a sort key: smaller goes first. By row: the job queue knows queues
+        by row, and calls this without the session's dispatch (`Session.queue_key_at`).
 
         Plain floats, not numpy, written out per resource without a loop, lists or helper calls:
         this runs for every queue whose accounting changed on every pop, and the vectors have
@@ -58,9 +62,7 @@ class ProportionPlugin(Plugin):
         compares (a later term replaces the best only when greater), so they are the floats
         `max` of the terms gives.
         """
-        book = self.session.queues
-        row = book.index[queue]
-        cpu, memory, gpus = book.allocated_rows[row]
+        cpu, memory, gpus = self.session.queues.allocated_rows[row]
         job_cpu, job_memory, job_gpus = job
         after_cpu, after_memory, after_gpus = cpu + job_cpu, memory + job_memory, gpus + job_gpus
         fair, ceiling, none_entitled, bound, penalised, rank = self._order_terms[row]
