@@ -158,7 +158,13 @@ def test_tiebreaks_the_job_queue_remembers_by_rows_are_the_sessions_verdicts_ask
 def test_skipped_capacity_checks_are_the_ones_that_pass(
     drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
 ) -> None:
-    with mock.patch.object(ProportionPlugin, "_unchecked", lambda self, job: False):
+    opened = ProportionPlugin.on_session_open
+
+    def every_queue_limited(self: ProportionPlugin) -> None:
+        opened(self)
+        self._limited = dict.fromkeys(self._limited, True)
+
+    with mock.patch.object(ProportionPlugin, "on_session_open", every_queue_limited):
         checked = whole_plan(drawn)
     assert whole_plan(drawn) == checked
 

@@ -32,8 +32,10 @@ class ProportionPlugin(Plugin):
             queue: bool((book.limit[chain] != UNLIMITED).any()) for queue, chain in book.chains.items()
         }
         """Queue → whether a queue of its chain has a limit: limits are fixed for the session, and
-        a preemptible job under no limit has nothing to check, which is most jobs of most
-        clusters (the check ran twice per placed pod)."""
+        a preemptible job under no limit has nothing to check (`_capacity_problem` would say
+        None), which is most jobs of most clusters (the check ran twice per placed pod). Both
+        capacity hooks test it first, read off the job's spec (not through `Job.queue`'s
+        property) and written out in each, not behind a method: a call per test was most of it."""
         shares = [book.allocatable_share(row).tolist() for row in range(len(book.names))]
         totals = self.session.fairness_totals().tolist()
         self._order_terms = [
@@ -120,7 +122,8 @@ class ProportionPlugin(Plugin):
         return 0
 
     def job_capacity_problem(self, job: Job, tasks: list[Task]) -> PendingReason | None:
-        if self._unchecked(job):
+        spec = job.spec
+        if spec.preemptible and not self._limited[spec.queue]:  # unchecked: see `_limited`
             return None
         vector = self.session.fairness_request(tasks, self.session.max_gpu_memory)
         return self._capacity_problem(job, vector)
@@ -130,17 +133,12 @@ class ProportionPlugin(Plugin):
         return self._quota_problem(job, vector)
 
     def node_capacity_problem(self, task: Task, accepted_gpus: float) -> str | None:
-        if self._unchecked(task.job):
+        spec = task.job.spec
+        if spec.preemptible and not self._limited[spec.queue]:  # unchecked: see `_limited`
             return None
         vector = np.array([task.spec.cpu_millis, task.spec.memory, accepted_gpus])
         problem = self._capacity_problem(task.job, vector)
         return None if problem is None else problem.message
-
-    def _unchecked(self, job: Job) -> bool:
-        """No limit and no quota rule can refuse this job: `_capacity_problem` would say None.
-        Read off the spec, not through `Job.queue`'s property: asked twice per pod placed."""
-        spec = job.spec
-        return spec.preemptible and not self._limited[spec.queue]
 
     def _capacity_problem(self, job: Job, vector: np.ndarray) -> PendingReason | None:
         book = self.session.queues
