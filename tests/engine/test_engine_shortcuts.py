@@ -318,7 +318,7 @@ def test_queue_order_keys_of_queues_entitled_to_none_are_the_spelled_out_rules()
     session.queues.charge("some", (1e12, 1e15, 0.0), non_preemptible=False)  # over in all but GPUs
     requests = [np.zeros(3), np.array([0.0, 0.0, 1.0]), np.array([5000.0, 0.0, 0.0])]
     terms = keys_spelled_out(session, requests)._order_terms[session.queues.index["none"]]
-    assert terms[2] is not None and terms[4]  # entitled to none of a resource, a zero bound
+    assert terms[6] is not None and terms[10]  # entitled to none of a resource, a zero bound
 
 
 def keys_spelled_out(session: Session, requests: list[np.ndarray]) -> ProportionPlugin:

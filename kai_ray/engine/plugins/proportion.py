@@ -67,9 +67,20 @@ class ProportionPlugin(Plugin):
         cpu, memory, gpus = self.session.queues.allocated_rows[row]
         job_cpu, job_memory, job_gpus = job
         after_cpu, after_memory, after_gpus = cpu + job_cpu, memory + job_memory, gpus + job_gpus
-        fair, ceiling, none_entitled, bound, penalised, rank = self._order_terms[row]
-        fair_cpu, fair_memory, fair_gpus = fair
-        ceiling_cpu, ceiling_memory, ceiling_gpus = ceiling
+        (
+            fair_cpu,
+            fair_memory,
+            fair_gpus,
+            ceiling_cpu,
+            ceiling_memory,
+            ceiling_gpus,
+            none_entitled,
+            bound_cpu,
+            bound_memory,
+            bound_gpus,
+            penalised,
+            rank,
+        ) = self._order_terms[row]
         over_utilized = False
         if fair_cpu < cpu and fair_memory < memory and fair_gpus < gpus:
             over_utilized = True
@@ -91,10 +102,11 @@ class ProportionPlugin(Plugin):
                 zero_share_used = True
         if penalised:
             with_job, allocated = _penalised_shares(
-                (after_cpu, after_memory, after_gpus), (cpu, memory, gpus), bound
+                (after_cpu, after_memory, after_gpus),
+                (cpu, memory, gpus),
+                (bound_cpu, bound_memory, bound_gpus),
             )
         else:
-            bound_cpu, bound_memory, bound_gpus = bound
             with_job, allocated = after_cpu / bound_cpu, cpu / bound_cpu
             with_job_term, allocated_term = after_memory / bound_memory, memory / bound_memory
             if with_job_term > with_job:
@@ -183,12 +195,26 @@ def _fmt(value: float) -> str:
 
 
 Floats3 = tuple[float, float, float]
-OrderTerms = tuple[Floats3, tuple[float | None, ...], tuple[bool, ...] | None, Floats3, bool, int]
+OrderTerms = tuple[
+    float,
+    float,
+    float,
+    float | None,
+    float | None,
+    float | None,
+    tuple[bool, ...] | None,
+    float,
+    float,
+    float,
+    bool,
+    int,
+]
 """What queue order reads of a queue besides its allocations: its fair share, its deserved quota
 plus the tolerance (None where unlimited), whether it is entitled to none (None where it is
 entitled to some of every resource), the bound its share divides by (the cluster's total
 where unlimited), whether a bound is zero (a share penalised there), and its priority as queue
-order sorts it (the higher first); per resource where a tuple."""
+order sorts it (the higher first). Per resource (cpu, memory, GPUs) where three, in one flat
+tuple: a key unpacks it once, not a tuple of tuples again per term."""
 
 
 def _order_terms(
@@ -198,11 +224,18 @@ def _order_terms(
         total if entitled == UNLIMITED else entitled for entitled, total in zip(shares, totals, strict=True)
     )
     none_entitled = tuple(entitled == 0 for entitled in shares)
+    ceiling = [None if value == UNLIMITED else value + EPSILON for value in deserved]
     return (
-        (fair[0], fair[1], fair[2]),
-        tuple(None if value == UNLIMITED else value + EPSILON for value in deserved),
+        fair[0],
+        fair[1],
+        fair[2],
+        ceiling[0],
+        ceiling[1],
+        ceiling[2],
         none_entitled if any(none_entitled) else None,
-        (bound[0], bound[1], bound[2]),
+        bound[0],
+        bound[1],
+        bound[2],
         any(value == 0.0 for value in bound),
         -priority,
     )
