@@ -387,13 +387,10 @@ class Session:
         by_request[job_bytes] = (version, key)
         return key
 
-    def uncached_queue_order_key(self, queue: str, job: Sequence[float]) -> OrderKey:
-        """`queue_order_key` computed afresh, neither looked up nor kept."""
-        return self.queue_key_at(self.queues.index[queue], job)
-
     @functools.cached_property
     def queue_key_at(self) -> Callable[[int, Sequence[float]], OrderKey]:
-        """`uncached_queue_order_key` by the queue's row in the `QueueBook`. Where one plugin
+        """`queue_order_key` computed afresh (neither looked up nor kept), by the queue's row in
+        the `QueueBook`: for a caller that knows the cache cannot hold it. Where one plugin
         orders queues (the default set), its own `Plugin.queue_order_key_at`, bound: the job
         queue calls it for every queue whose accounting changed on every pop (see
         `JobQueue._entry`), and the session's dispatch and the name's lookup were a fifth of a

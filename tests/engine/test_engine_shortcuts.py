@@ -355,9 +355,11 @@ def test_queue_order_keys_the_session_keeps_are_the_keys_computed_afresh(
 ) -> None:
     """The session keeps, per queue and request, the key of the queue's latest version only:
     every key it hands back, kept or not, is the one the plugins give now."""
-    compared = queue_keys_checked(
-        drawn, lambda session, queue, job, _bytes, key: key == session.uncached_queue_order_key(queue, job)
-    )
+
+    def fresh(session: Session, queue: str, job: Sequence[float], _bytes: bytes, key: OrderKey) -> bool:
+        return key == session.queue_key_at(session.queues.index[queue], job)
+
+    compared = queue_keys_checked(drawn, fresh)
     assert compared and all(compared)
 
 
@@ -486,19 +488,19 @@ def test_the_plan_records_made_the_short_way_are_those_their_classes_make() -> N
     """`new_bind`, `new_task_state` and `new_eviction` fill the very fields the named tuples'
     own constructors do, in their order, of their type."""
     reason = EvictionReason(EvictionCause.RECLAIM, "reclaimed for ns/other", "ns/other")
-    pairs = [
-        (
-            new_bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim"),
-            Bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim"),
-        ),
-        (new_task_state(ALLOCATED, "n1", (), 1.0), TaskState(ALLOCATED, "n1", (), 1.0)),
-        (new_eviction("ns/job", "job-1", "n2", reason), Eviction("ns/job", "job-1", "n2", reason)),
+    bind = new_bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim")
+    state = new_task_state(ALLOCATED, "n1", (), 1.0)
+    eviction = new_eviction("ns/job", "job-1", "n2", reason)
+    pairs: list[tuple[Bind | TaskState | Eviction, Bind | TaskState | Eviction]] = [
+        (bind, Bind("ns/job", "job-0", "n1", ("n1-gpu-1",), 0.5, "reclaim")),
+        (state, TaskState(ALLOCATED, "n1", (), 1.0)),
+        (eviction, Eviction("ns/job", "job-1", "n2", reason)),
     ]
     for made, spelled in pairs:
         assert type(made) is type(spelled)
         assert made == spelled and repr(made) == repr(spelled) and hash(made) == hash(spelled)
         assert made._asdict() == spelled._asdict()
-    assert pairs[0][0].action == "reclaim" and pairs[1][0].node == "n1" and pairs[2][0].reason is reason
+    assert bind.action == "reclaim" and state.node == "n1" and eviction.reason is reason
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
