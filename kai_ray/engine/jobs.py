@@ -228,7 +228,13 @@ class Job:
         return elastic_rank(counts)
 
     def ready(self) -> bool:
-        return self.root.ready()
+        """Whether enough pods exist for the gang minimum. A job of one pod set and no SubGroup
+        minimum (most jobs) asks its pod set alone, as its tree would: the allocate action asks
+        every pending job, and the tree's two calls cost more than the answer."""
+        root = self.root
+        if not root.sets and len(root.pod_sets) == 1 and root.min_subgroups is None:
+            return root.pod_sets[0].ready()
+        return root.ready()
 
     def gang_satisfied(self) -> bool:
         return all(p.gang_satisfied() for p in self.pod_sets.values())
