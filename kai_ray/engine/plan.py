@@ -74,10 +74,10 @@ StateFields = tuple[TaskStatus, str | None, tuple[str, ...], float]
 
 
 def task_state(session: Session, task: Task, alike: dict[StateFields, TaskState] | None = None) -> TaskState:
-    """`alike`: states made so far, by their fields. A state is frozen, so tasks that stand alike
-    (the pods a cycle put on one node) may share one; building a frozen dataclass (a
-    `object.__setattr__` per field) was a fortieth of a small cluster's cycle. Only where equal
-    fields print alike: a GPU count that is no float, or a zero (0.0 equals -0.0), is not shared."""
+    """`alike`: states made so far, by their fields. A state is immutable, so tasks that stand
+    alike (the pods a cycle put on one node) may share one: making a state costs several times
+    looking its fields up. Only where equal fields print alike: a GPU count that is no float, or
+    a zero (0.0 equals -0.0), is not shared."""
     status, row, spec = task.status, task.node, task.spec
     table = session.nodes.table
     node = spec.node if status is PENDING else None if row is None else table.names[row]
