@@ -259,9 +259,14 @@ class JobSpec:
     node_pool: str = ""
     """The PodGroup's node-pool label value ("" = unlabelled): only that pool's shard schedules it."""
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+    key: str = field(init=False, repr=False, compare=False)
+    """namespace/name, made with the spec (specs are never mutated): job order and the plan read
+    it for every job of every cycle. A field set in `__post_init__`, not a property or a cached
+    one: an attribute added to an instance after its fields costs every later attribute read of
+    that instance (its dict leaves the class's shared keys)."""
+
+    def __post_init__(self) -> None:
+        self.key = f"{self.namespace}/{self.name}" if self.namespace else self.name
 
 
 @dataclass(frozen=True)
