@@ -81,7 +81,8 @@ class JobQueue:
         heap's layout) and each queue stamped once by its count (only a stamp's changes are ever
         read)."""
         counts: dict[int, int] = {}
-        order_key, sequence, heaps, rows = self.session.job_order_key, self._sequence, self._heaps, self._rows
+        order_key = self.session.standing_job_order_key
+        sequence, heaps, rows = self._sequence, self._heaps, self._rows
         for job in jobs:
             leaf = rows[job.spec.queue]
             heaps[leaf].append((order_key(job), next(sequence), job))

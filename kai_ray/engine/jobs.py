@@ -315,6 +315,23 @@ spec_facts = IdentityCache(SpecFacts)
 """Each pod spec's `SpecFacts`, remembered per spec: a scheduler's specs outlive its cycles."""
 
 
+class JobFacts:
+    """What the engine keeps per PodGroup spec across sessions (`job_facts`), as `SpecFacts` does
+    per pod spec: filled in the first time a session asks (None until then)."""
+
+    __slots__ = ("standing_order_key",)
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.standing_order_key: tuple[object, tuple[float | str, ...]] | None = None
+        """The job order key of a job whose pods stand as the spec lists them, with the signature
+        of the ordering plugins it was made under (`Session.standing_job_order_key`)."""
+
+
+job_facts = IdentityCache(JobFacts)
+"""Each PodGroup spec's `JobFacts`, remembered per spec: a PodGroup's spec outlives the cycles
+that leave it unchanged, and most pending jobs wait through many."""
+
+
 def build_job(spec: JobSpec, node_index: dict[str, int], first_uid: int) -> Job:
     root = _build_tree(spec.subgroups)
     job = Job(spec=spec, root=root, last_start=spec.last_start)

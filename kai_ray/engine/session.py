@@ -19,7 +19,7 @@ import numpy as np
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.distributed.executor import Executor, LocalExecutor
 from kai_ray.engine.job_pool import JobPool
-from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task
+from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task, job_facts
 from kai_ray.engine.node_finder import NodeFinder
 from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.part_basis import PartBasis
@@ -48,6 +48,10 @@ DEFAULT_GPU_MEMORY_MIB = 100.0
 
 FairnessFloats = tuple[Charge, bytes]
 """A fairness request's floats (cpu, memory, GPUs) and the bytes of its array."""
+
+_JOB_ORDER_SIGNATURES: dict[object, object] = {}
+"""Each signature of job-ordering plugins seen, itself (`Session._job_order_signature`): a few
+per process, one per scheduler configuration."""
 
 
 class Session:
@@ -332,6 +336,32 @@ class Session:
             if part is not None:
                 key.extend(part)
         return (*key, job.spec.created, job.spec.key)
+
+    def standing_job_order_key(self, job: Job) -> OrderKey:
+        """`job_order_key`, remembered per spec (`JobFacts`) for a job none of whose tasks moved
+        this session: its pods then stand as its spec lists them, and ordering plugins read only
+        the spec and its pods' statuses (`Plugin.job_order_key`), so the key is the one any
+        session with the same ordering plugins computes. Every action that queues jobs orders
+        all of them, and most pending jobs wait, unchanged, through many cycles."""
+        if job in self.job_move_counts:
+            return self.job_order_key(job)
+        facts = job_facts.of(job.spec)
+        known = facts.standing_order_key
+        signature = self._job_order_signature
+        if known is not None and known[0] is signature:
+            return known[1]
+        key = self.job_order_key(job)
+        facts.standing_order_key = (signature, key)
+        return key
+
+    @functools.cached_property
+    def _job_order_signature(self) -> object:
+        """The plugins that order jobs, by class and arguments, as one object per distinct
+        signature (`_JOB_ORDER_SIGNATURES`), so a remembered key is matched by identity."""
+        signature = tuple(
+            (type(plugin), tuple(sorted(plugin.arguments.items()))) for plugin in self.hooked["job_order_key"]
+        )
+        return _JOB_ORDER_SIGNATURES.setdefault(signature, signature)
 
     def task_order_key(self, task: Task) -> OrderKey:
         """Remembered per task: it reads only the task's spec (`Plugin.task_order_key`), and gang

@@ -18,12 +18,20 @@ import numpy as np
 import pytest
 from builders import cluster, config
 from hypothesis import HealthCheck, given, settings
-from random_clusters import JobDraw, QueueDraw, full_cycle, running_cluster, scenarios, with_arrivals
+from random_clusters import (
+    ALL_ACTIONS,
+    JobDraw,
+    QueueDraw,
+    full_cycle,
+    running_cluster,
+    scenarios,
+    with_arrivals,
+)
 
 from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
-from kai_ray.engine.cycle import open_session
+from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.job_queue import JobQueue
-from kai_ray.engine.jobs import Job, PodSet, RequestFloats, SubGroupSet, spec_facts, task_request
+from kai_ray.engine.jobs import Job, PodSet, RequestFloats, SubGroupSet, job_facts, spec_facts, task_request
 from kai_ray.engine.node_finder import shape_key, shape_of
 from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.plan import Bind, Eviction, TaskState, new_bind, new_eviction, new_task_state
@@ -34,6 +42,7 @@ from kai_ray.engine.plugins.topology import TopologyPlugin
 from kai_ray.engine.queues import Charge, QueueBook
 from kai_ray.engine.reasons import EvictionCause, EvictionReason, PendingCause
 from kai_ray.engine.session import Session, whole_gpu_charge
+from kai_ray.engine.statement import Statement
 from kai_ray.model.objects import ALLOCATED, PIPELINED, RELEASING, UNLIMITED, TaskStatus
 from kai_ray.model.resources import EPSILON
 from kai_ray.model.snapshot import compile_snapshot
@@ -518,3 +527,48 @@ def test_statuses_are_members_as_the_identity_comparisons_need(
             assert task.spec.status is TaskStatus(task.spec.status)
     for status, _ in session.placed_at_open.values():
         assert status is TaskStatus(status)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_job_order_keys_remembered_per_spec_are_the_keys_asked_afresh(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+) -> None:
+    """A whole cycle leaves each queued job's key with its spec; a later session over the same
+    specs, moved or not, hands out for every job the key its plugins give now."""
+    nodes, queues, first, later = drawn
+    snapshot = compile_snapshot(with_arrivals(running_cluster(nodes, queues, first), later))
+    cfg = config(actions=ALL_ACTIONS)
+    run_actions(open_session(snapshot, cfg))
+    again = open_session(snapshot, cfg)
+    remembered = [job for job in again.jobs if job_facts.of(job.spec).standing_order_key is not None]
+    assert len(remembered) == len(again.jobs_with_pending_tasks())
+    for job in again.jobs:
+        assert again.standing_job_order_key(job) == again.job_order_key(job)
+    run_actions(again)
+    for job in again.jobs:
+        assert again.standing_job_order_key(job) == again.job_order_key(job)
+
+
+def test_a_remembered_job_order_key_is_not_read_after_a_move_nor_under_other_plugins() -> None:
+    """An elastic job at its minimum ranks before one above it; once its waiting pod is placed,
+    or without the elastic plugin, its key is another, and the session must give that one."""
+    state = (
+        cluster()
+        .node("n1", gpus=4)
+        .queue("q", gpu_quota=4)
+        .job("grown", queue="q", pods=1, gpus=1, min_member=1, status=TaskStatus.RUNNING, node="n1")
+        .task()
+        .build()
+    )
+    snapshot = compile_snapshot(state)
+    session = open_session(snapshot, config())
+    at_minimum = session.standing_job_order_key(session.jobs[0])
+    assert job_facts.of(snapshot.jobs[0]).standing_order_key == (session._job_order_signature, at_minimum)
+    moved = open_session(snapshot, config())
+    waiting = next(task for task in moved.jobs[0].tasks if task.status is TaskStatus.PENDING)
+    Statement(moved).allocate(waiting, 0)
+    assert moved.standing_job_order_key(moved.jobs[0]) == moved.job_order_key(moved.jobs[0]) != at_minimum
+    without_elastic = open_session(snapshot, config(drop=["elastic"]))
+    job = without_elastic.jobs[0]
+    assert without_elastic.standing_job_order_key(job) == without_elastic.job_order_key(job) != at_minimum

@@ -54,6 +54,9 @@ class Plugin:
         """Prepare per-session state (fair shares, caches)."""
 
     def job_order_key(self, job: OrderableJob) -> OrderKey | None:
+        """Must read only the job's spec and its pods' statuses (and the plugin's arguments): the
+        key of a job whose pods stand as its spec lists them is remembered across sessions
+        (`Session.standing_job_order_key`)."""
         return None
 
     def task_order_key(self, task: Task) -> OrderKey | None:
