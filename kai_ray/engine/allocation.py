@@ -41,7 +41,14 @@ def allocate_job(
             session.note_reason(job, problem)
             return False
     checkpoint = statement.checkpoint()
-    if _splits_nodes(session, job):
+    splits_nodes = False
+    for plugin in session.hooked["splits_nodes"]:
+        # A plain loop in place, not `any` over a generator nor a function of its own (each a
+        # call in CPython 3.11): asked of every job attempt, of one plugin or two.
+        if plugin.splits_nodes(job):
+            splits_nodes = True
+            break
+    if splits_nodes:
         mask = np.ones(len(session.nodes.table), dtype=bool) if node_mask is None else node_mask
         walk = _GroupWalk(session, statement, job, tasks, pipeline_only)
         failure = walk.group(job.root, tasks, mask, None)
@@ -57,15 +64,6 @@ def allocate_job(
             session.note_reason(job, _gang_reason(job, len(tasks), placed, reason))
             return False
     return True
-
-
-def _splits_nodes(session: Session, job: Job) -> bool:
-    """A plain loop, not `any` over a generator or a list comprehension (each a call of its own
-    in CPython 3.11): asked of every job attempt, of one plugin or two."""
-    for plugin in session.hooked["splits_nodes"]:  # noqa: SIM110
-        if plugin.splits_nodes(job):
-            return True
-    return False
 
 
 class _GroupWalk:

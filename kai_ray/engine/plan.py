@@ -90,7 +90,12 @@ def task_state(session: Session, task: Task, alike: dict[StateFields, TaskState]
             alike = None
     if alike is None:
         return new_task_state(status, node, task.groups, accepted)
-    return shared_state(alike, status, node, task.groups, accepted)
+    # `shared_state` written out: a plan states every pod that moved.
+    fields = (status, node, task.groups, accepted)
+    state = alike.get(fields)
+    if state is None:
+        state = alike[fields] = new_task_state(*fields)
+    return state
 
 
 def shared_state(
