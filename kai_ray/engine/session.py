@@ -186,10 +186,28 @@ class Session:
             self._remove(task, task.node, leave_behind=moves_away)
         was_pending = task.status is PENDING
         task.status, task.node, task.groups = status, node, groups
-        self._add(task)
         job = task.job
+        # Booked where it now stands, in place (one call fewer per pod placed). Only a releasing
+        # task can be taken back (`NodeState.take_back`): asked first, as for every pod placed
+        # the answer is no.
+        if status is not RELEASING or not self.nodes.take_back(task):
+            self.nodes.add(task)
+        # Queue-charging statuses asked first, without a call: the answer for every pod allocated.
+        if node is not None and (status in QUEUE_CHARGING or self._pipelining_charges(task)):
+            if task.is_shared_gpu:
+                charge = self.placed_charge(task, node)
+            else:
+                # `whole_gpu_charge`, kept with the spec's facts after the first ask.
+                facts = task.facts
+                known = facts.queue_charge
+                if known is None:
+                    known = facts.queue_charge = whole_gpu_charge.of(task.spec)
+                charge = known
+            self._charges[task.uid] = charge
+            job_spec = job.spec  # the spec's fields, not `Job`'s properties: once per pod placed
+            self.queues.charge(job_spec.queue, charge, not job_spec.preemptible)
         self.job_move_counts[job] = self.job_move_counts.get(job, 0) + 1
-        pending = self._pending.get(job, 0) - was_pending + (task.status is PENDING)
+        pending = self._pending.get(job, 0) - was_pending + (status is PENDING)
         if pending:
             self._pending[job] = pending
         else:
@@ -217,26 +235,6 @@ class Session:
     def moved_jobs(self) -> set[Job]:
         """Jobs a task of which moved this session (even if a rollback put it back)."""
         return set(self.job_move_counts)
-
-    def _add(self, task: Task) -> None:
-        # Only a releasing task can be taken back (`NodeState.take_back`): asked first, as for
-        # every pod placed the answer is no.
-        if task.status is not RELEASING or not self.nodes.take_back(task):
-            self.nodes.add(task)
-        # Queue-charging statuses asked first, without a call: the answer for every pod allocated.
-        if task.node is not None and (task.status in QUEUE_CHARGING or self._pipelining_charges(task)):
-            if task.is_shared_gpu:
-                charge = self.placed_charge(task, task.node)
-            else:
-                # `whole_gpu_charge`, kept with the spec's facts after the first ask.
-                facts = task.facts
-                known = facts.queue_charge
-                if known is None:
-                    known = facts.queue_charge = whole_gpu_charge.of(task.spec)
-                charge = known
-            self._charges[task.uid] = charge
-            job_spec = task.job.spec  # the spec's fields, not `Job`'s properties: once per pod placed
-            self.queues.charge(job_spec.queue, charge, not job_spec.preemptible)
 
     def _remove(self, task: Task, node: int, *, leave_behind: bool) -> None:
         """`node`: the task's row (a task on none holds nothing)."""
