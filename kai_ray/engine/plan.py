@@ -153,7 +153,8 @@ def build_plan(session: Session) -> Plan:
             before, before_node = opened
             if status in PLACED and state.node is not None:
                 action = placed_by.get(task.uid, "allocate")
-                bind = new_bind(key, name, state.node, task.groups, state.accepted_gpus, action)
+                # `new_bind` in place: once per pod placed.
+                bind = tuple.__new__(Bind, (key, name, state.node, task.groups, state.accepted_gpus, action))
                 (plan.binds if status is ALLOCATED else plan.pipelined).append(bind)
             if status is PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
                 moved_from = session.nodes.table.names[before_node]
