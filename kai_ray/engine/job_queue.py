@@ -57,7 +57,7 @@ class JobQueue:
         """Row → pushes and pops so far in its subtree."""
         self._known: list[tuple[int, int, Entry | None] | None] = [None] * count
         """Row → (its version plus its stamp then, its version then, its entry then): see
-        `_entry`."""
+        `_best_among`."""
         self._top_level = [book.index[name] for name in book.top_level()]
         """Listed once: queues do not change within a session, and every pop starts here."""
         self._children: list[list[int] | None] = [
@@ -120,37 +120,6 @@ class JobQueue:
     def __bool__(self) -> bool:
         return any(self._heaps)
 
-    def _entry(self, row: int) -> Entry | None:
-        """The queue's best job below it and its order key, computed now and remembered with the
-        queue's version and stamp then: `_best_among` reads it back while neither changes (see
-        the module's docstring). Both counts only grow, so their sum changes whenever either
-        does: one comparison per queue asked (a pop asks two queues per level, and one of each
-        pair is the queue the last placement left alone).
-
-        A key asked after the queue's version moved since this queue last asked is computed
-        without the session's cache: the cache keeps keys by version, so it could only answer one
-        some other caller asked at the new version, and after a placement (almost every pop)
-        none has; looking it up and storing it cost a third of a key. The cache still serves the
-        first key of each queue and keys asked at an unchanged version (a job that placed nothing
-        leaves the next one, often alike, the same queue state)."""
-        version = self._book.versions[row]
-        known = self._known[row]
-        children = self._children[row]
-        if children is None:
-            heap = self._heaps[row]
-            best = (row, heap[0][2], self._request_of(heap[0][2])) if heap else None
-        else:
-            best = self._best_among(children)
-        entry = None
-        if best is not None:
-            vector, vector_bytes = best[2]
-            if known is not None and known[1] != version:
-                entry = (best, self._key_at(row, vector))
-            else:
-                entry = (best, self.session.queue_order_key(self._names[row], vector, vector_bytes))
-        self._known[row] = (version + self._stamps[row], version, entry)
-        return entry
-
     def _request_of(self, job: Job) -> FairnessFloats:
         """What the job's next attempt would take; only changes when the job itself is placed.
         As floats with its bytes: queue order reads the floats and keys its cache by the bytes."""
@@ -163,22 +132,52 @@ class JobQueue:
 
     def _best_among(self, rows: list[int]) -> Best | None:
         """The best job below the queues of `rows` by queue order, ties broken by
-        `Session.queue_tiebreak`. A queue's remembered entry is read here, not through a call of
-        `_entry`: half the queues a pop asks are unchanged since they last answered."""
+        `Session.queue_tiebreak`.
+
+        Each queue's best job below it and its order key are remembered with the queue's version
+        and stamp then, and read back while neither changes (see the module's docstring): half
+        the queues a pop asks are unchanged since they last answered. Both counts only grow, so
+        their sum changes whenever either does: one comparison per queue asked. A queue asked
+        afresh is computed here too, not behind a call per queue (a pop asks two afresh at
+        10x50, the charged leaf and its parent).
+
+        A key asked after the queue's version moved since this queue last asked is computed
+        without the session's cache: the cache keeps keys by version, so it could only answer one
+        some other caller asked at the new version, and after a placement (almost every pop)
+        none has; looking it up and storing it cost a third of a key. The cache still serves the
+        first key of each queue and keys asked at an unchanged version (a job that placed nothing
+        leaves the next one, often alike, the same queue state).
+
+        Keys are compared for a tie first: they tie on most pops among alike queues, and a tuple's
+        `<` after a failed `==` only walks to where they differ."""
         versions, stamps, known = self._book.versions, self._stamps, self._known
         best: Best | None = None
         best_row = 0
         best_key: OrderKey = ()
         for row in rows:
+            version = versions[row]
             remembered = known[row]
-            if remembered is not None and remembered[0] == versions[row] + stamps[row]:
+            if remembered is not None and remembered[0] == version + stamps[row]:
                 entry = remembered[2]
             else:
-                entry = self._entry(row)
+                children = self._children[row]
+                if children is None:
+                    heap = self._heaps[row]
+                    found = (row, heap[0][2], self._request_of(heap[0][2])) if heap else None
+                else:
+                    found = self._best_among(children)
+                entry = None
+                if found is not None:
+                    vector, vector_bytes = found[2]
+                    if remembered is not None and remembered[1] != version:
+                        entry = (found, self._key_at(row, vector))
+                    else:
+                        entry = (found, self.session.queue_order_key(self._names[row], vector, vector_bytes))
+                known[row] = (version + stamps[row], version, entry)
             if entry is None:
                 continue
             candidate, key = entry
-            if best is None or key < best_key:
+            if best is None:
                 best, best_row, best_key = candidate, row, key
             elif key == best_key:
                 pair = row * self._count + best_row
@@ -189,4 +188,6 @@ class JobQueue:
                     )
                 if verdict < 0:
                     best, best_row, best_key = candidate, row, key
+            elif key < best_key:
+                best, best_row, best_key = candidate, row, key
         return best
