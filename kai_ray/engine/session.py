@@ -449,7 +449,9 @@ class Session:
         return verdict
 
     def _queue_tiebreak(self, left: str, right: str) -> int:
-        for plugin in self.plugins:
+        """Asks only the plugins that order queues partially (`hooked`): the others say None,
+        and a call of each was most of a verdict (a session asks a few, each pop's first ties)."""
+        for plugin in self.hooked["queue_tiebreak"]:
             verdict = plugin.queue_tiebreak(left, right)
             if verdict:
                 return verdict
