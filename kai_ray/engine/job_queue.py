@@ -27,8 +27,6 @@ from kai_ray.engine.session import FairnessFloats, Session
 HeapEntry = tuple[OrderKey, int, Job]
 Best = tuple[int, Job, FairnessFloats]
 """The leaf queue's row, its best job and that job's request."""
-Entry = tuple[Best, OrderKey]
-"""A queue's best job below it and the queue's order key with that job's request."""
 
 
 class JobQueue:
@@ -55,9 +53,10 @@ class JobQueue:
         self._sequence = itertools.count()
         self._stamps = [0] * count
         """Row → pushes and pops so far in its subtree."""
-        self._known: list[tuple[int, int, Entry | None] | None] = [None] * count
-        """Row → (its version plus its stamp then, its version then, its entry then): see
-        `_best_among`."""
+        self._known: list[tuple[int, int, Best | None, OrderKey] | None] = [None] * count
+        """Row → (its version plus its stamp then, its version then, its best job below it then,
+        its order key with that job's request): see `_best_among`. One flat tuple, stored once
+        per queue asked afresh and read by unpacking."""
         self._top_level = [book.index[name] for name in book.top_level()]
         """Listed once: queues do not change within a session, and every pop starts here."""
         self._children: list[list[int] | None] = [
@@ -158,25 +157,24 @@ class JobQueue:
             version = versions[row]
             remembered = known[row]
             if remembered is not None and remembered[0] == version + stamps[row]:
-                entry = remembered[2]
+                _, _, candidate, key = remembered
             else:
                 children = self._children[row]
                 if children is None:
                     heap = self._heaps[row]
-                    found = (row, heap[0][2], self._request_of(heap[0][2])) if heap else None
+                    candidate = (row, heap[0][2], self._request_of(heap[0][2])) if heap else None
                 else:
-                    found = self._best_among(children)
-                entry = None
-                if found is not None:
-                    vector, vector_bytes = found[2]
+                    candidate = self._best_among(children)
+                key = ()
+                if candidate is not None:
+                    vector, vector_bytes = candidate[2]
                     if remembered is not None and remembered[1] != version:
-                        entry = (found, self._key_at(row, vector))
+                        key = self._key_at(row, vector)
                     else:
-                        entry = (found, self.session.queue_order_key(self._names[row], vector, vector_bytes))
-                known[row] = (version + stamps[row], version, entry)
-            if entry is None:
+                        key = self.session.queue_order_key(self._names[row], vector, vector_bytes)
+                known[row] = (version + stamps[row], version, candidate, key)
+            if candidate is None:
                 continue
-            candidate, key = entry
             if best is None:
                 best, best_row, best_key = candidate, row, key
             elif key == best_key:
