@@ -75,23 +75,22 @@ class JobQueue:
         self._push_all(jobs)
 
     def _push_all(self, jobs: list[Job]) -> None:
-        """What pushing each job in turn leaves, made in one pass: each leaf's heap heapified at
-        once (entries are unique by sequence number, so pops come in the same order whatever the
-        heap's layout) and each queue stamped once by its count (only a stamp's changes are ever
-        read)."""
-        counts: dict[int, int] = {}
-        order_key = self.session.standing_job_order_key
-        sequence, heaps, rows = self._sequence, self._heaps, self._rows
-        for job in jobs:
-            leaf = rows[job.spec.queue]
-            heaps[leaf].append((order_key(job), next(sequence), job))
-            counts[leaf] = counts.get(leaf, 0) + 1
-        for heap in heaps:
-            heapq.heapify(heap)
-        stamps = self._stamps
-        for leaf, count in counts.items():
-            for row in self._chains[leaf]:
-                stamps[row] += count
+        """What pushing each job in turn into the empty heaps leaves, made in one pass: each
+        leaf's heap heapified at once (entries are unique by sequence number, so pops come in the
+        same order whatever the heap's layout), sequence numbers by position (as `next` hands
+        them out, without a call per job) and each queue stamped once by its leaves' heaps'
+        lengths (only a stamp's changes are ever read, and a count per job cost a dict's two
+        calls)."""
+        order_key, heaps, rows = self.session.standing_job_order_key, self._heaps, self._rows
+        for sequence, job in enumerate(jobs):
+            heaps[rows[job.spec.queue]].append((order_key(job), sequence, job))
+        self._sequence = itertools.count(len(jobs))
+        stamps, chains = self._stamps, self._chains
+        for leaf, heap in enumerate(heaps):
+            if heap:
+                heapq.heapify(heap)
+                for row in chains[leaf]:
+                    stamps[row] += len(heap)
 
     def push(self, job: Job) -> None:
         self._next_request.pop(job, None)
