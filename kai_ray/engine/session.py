@@ -129,9 +129,10 @@ class Session:
 
         Booked as sums per node and queue row rather than one numpy call per task, which was
         most of a session's opening with tens of thousands of running pods: each task counts as
-        `_add` and `add_request` would count it, from the job's `JobBooking`, which a kept job
-        brings along; the pool turns the last session's sums into this one's with the jobs that
-        came and went whenever that gives the same floats (`booking.reopen_jobs`).
+        `move_task`'s booking and `add_request` would count it, from the job's `JobBooking`,
+        which a kept job brings along; the pool turns the last session's sums into this one's
+        with the jobs that came and went whenever that gives the same floats
+        (`booking.reopen_jobs`).
         """
         pool = pool or JobPool()
         self.jobs = pool.jobs_for(self.snapshot.jobs, self.snapshot.nodes)
@@ -421,7 +422,7 @@ class Session:
         the `QueueBook`: for a caller that knows the cache cannot hold it. Where one plugin
         orders queues (the default set), its own `Plugin.queue_order_key_at`, bound: the job
         queue calls it for every queue whose accounting changed on every pop (see
-        `JobQueue._entry`), and the session's dispatch and the name's lookup were a fifth of a
+        `JobQueue._best_among`), and the session's dispatch and the name's lookup were a fifth of a
         key. Made on first use, after the plugins are open."""
         plugins = self.hooked["queue_order_key"]
         if len(plugins) == 1:
