@@ -54,13 +54,9 @@ def place_task(
     if best is None:
         return _no_node_fits(session, task, node_mask)
     if session.predicates_enabled:
-        # `_node_capacity_problem` asked in place: once per pod placed, and the call cost as
-        # much as the plugin's answer.
-        gpus = task.spec.gpu
-        for plugin in session.hooked["node_capacity_problem"]:
-            reason = plugin.node_capacity_problem(task, gpus)
-            if reason:
-                return reason
+        reason = _node_capacity_problem(session, task, task.spec.gpu)
+        if reason:
+            return reason
     if not pipeline_only and _starts_now(task.facts.request_floats, session.nodes.idle_rows[best]):
         statement.allocate(task, best)
     else:

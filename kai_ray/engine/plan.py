@@ -90,12 +90,7 @@ def task_state(session: Session, task: Task, alike: dict[StateFields, TaskState]
             alike = None
     if alike is None:
         return new_task_state(status, node, task.groups, accepted)
-    # `shared_state` written out: a plan states every pod that moved.
-    fields = (status, node, task.groups, accepted)
-    state = alike.get(fields)
-    if state is None:
-        state = alike[fields] = new_task_state(*fields)
-    return state
+    return shared_state(alike, status, node, task.groups, accepted)
 
 
 def shared_state(
@@ -153,8 +148,7 @@ def build_plan(session: Session) -> Plan:
             before, before_node = opened
             if status in PLACED and state.node is not None:
                 action = placed_by.get(task.uid, "allocate")
-                # `new_bind` in place: once per pod placed.
-                bind = tuple.__new__(Bind, (key, name, state.node, task.groups, state.accepted_gpus, action))
+                bind = new_bind(key, name, state.node, task.groups, state.accepted_gpus, action)
                 (plan.binds if status is ALLOCATED else plan.pipelined).append(bind)
             if status is PIPELINED and before in ACTIVE_ALLOCATED and before_node is not None:
                 moved_from = session.nodes.table.names[before_node]
