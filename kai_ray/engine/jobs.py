@@ -20,6 +20,7 @@ from kai_ray.model.objects import (
     ALIVE,
     PENDING,
     JobSpec,
+    PodSetSpec,
     SubGroupSetSpec,
     TaskSpec,
     TaskStatus,
@@ -185,6 +186,11 @@ class Job:
     """Whether it was a stale gang when last checked: still true while none of its tasks moved."""
     booking: JobBooking | None = None
     """What its tasks held when its first session opened: still true while none of them moved."""
+    facts: JobFacts = field(init=False)
+    """What the engine derives from its spec, kept per spec (`job_facts`)."""
+
+    def __post_init__(self) -> None:
+        self.facts = job_facts.of(self.spec)
 
     @property
     def name(self) -> str:
@@ -283,16 +289,18 @@ class SpecFacts:
 
     Why: the per-pod path asked three identity caches of the same spec (its shape key, its queue
     charge, its lone fairness request), each a call, an `id`, a dict lookup and a weak reference's
-    call, about 1% of a small cluster's cycle. A task is built with its spec's facts (one lookup,
-    as its request floats were before), and the facts a session asks for later are filled in from
-    those very caches the first time (None until then), so each value is the one the cache gives.
-    Specs are never mutated (a changed pod is a new spec), as every identity cache assumes.
+    call, about 1% of a small cluster's cycle. A task is built with its spec's facts (one lookup),
+    and the facts a session asks for later are computed the first time (None until then) and kept
+    here alone: a spec seen for the first time costs one identity-cache entry, not one per fact
+    (each a weak reference with its callback, a fifth of a new pod's first cycle). Specs are never
+    mutated (a changed pod is a new spec), as every identity cache assumes.
     """
 
     __slots__ = ("lone_request", "queue_charge", "request_floats", "shape_key")
 
     def __init__(self, spec: TaskSpec) -> None:
-        self.request_floats: RequestFloats = task_request_floats.of(spec)
+        cpu, memory, gpus, pods = task_request(spec).tolist()
+        self.request_floats: RequestFloats = (cpu, memory, gpus, pods)
         """`task_request` in plain floats: node rows are charged and compared float by float,
         and `tolist` per pod placed cost about as much as the arithmetic."""
         self.shape_key: ShapeKey | None = None
@@ -303,28 +311,38 @@ class SpecFacts:
         """`session.lone_request_floats` of a spec that shares no GPU, once a job queue asked."""
 
 
-def _task_request_floats(spec: TaskSpec) -> RequestFloats:
-    cpu, memory, gpus, pods = task_request(spec).tolist()
-    return cpu, memory, gpus, pods
-
-
-task_request_floats = IdentityCache(_task_request_floats)
-"""`task_request`'s floats, remembered per pod spec as the array is."""
-
 spec_facts = IdentityCache(SpecFacts)
 """Each pod spec's `SpecFacts`, remembered per spec: a scheduler's specs outlive its cycles."""
 
 
 class JobFacts:
     """What the engine keeps per PodGroup spec across sessions (`job_facts`), as `SpecFacts` does
-    per pod spec: filled in the first time a session asks (None until then)."""
+    per pod spec, reached from the job in one attribute read (`Job.facts`): every allocate asks
+    them of every job it attempts, and an identity-cache lookup each cost more than the answer."""
 
-    __slots__ = ("standing_order_key",)
+    __slots__ = ("names_topology", "standing_order_key")
 
     def __init__(self, spec: JobSpec) -> None:
+        self.names_topology = names_topology(spec.subgroups)
+        """Whether a (sub)group of its tree names a topology (the topology plugin's
+        `splits_nodes`)."""
         self.standing_order_key: tuple[object, tuple[float | str, ...]] | None = None
         """The job order key of a job whose pods stand as the spec lists them, with the signature
-        of the ordering plugins it was made under (`Session.standing_job_order_key`)."""
+        of the ordering plugins it was made under (`Session.standing_job_order_key`), once a
+        session asked (None until then)."""
+
+
+def names_topology(tree: SubGroupSetSpec) -> bool:
+    """Whether a (sub)group of the tree names a topology."""
+    groups: list[SubGroupSetSpec | PodSetSpec] = [tree]
+    while groups:
+        group = groups.pop()
+        if group.topology is not None and group.topology.topology:
+            return True
+        if isinstance(group, SubGroupSetSpec):
+            groups.extend(group.subgroup_sets)
+            groups.extend(group.pod_sets)
+    return False
 
 
 job_facts = IdentityCache(JobFacts)

@@ -35,7 +35,6 @@ from kai_ray.engine.plugins.scoring import (
     NodePlacementPlugin,
     ResourceTypePlugin,
 )
-from kai_ray.identity_cache import IdentityCache
 from kai_ray.model.objects import TaskSpec
 from kai_ray.model.resources import EPSILON, NUM_RESOURCES
 
@@ -72,14 +71,12 @@ def shape_key(shape: TaskShape) -> ShapeKey:
     )
 
 
-def _spec_shape_key(spec: TaskSpec) -> ShapeKey:
+def spec_shape_key(spec: TaskSpec) -> ShapeKey:
+    """A task's shape key from its spec alone (a task's request is `task_request` of its spec,
+    `jobs.build_job`): kept with the spec's facts (`SpecFacts.shape_key`), since a scheduler's
+    specs outlive its cycles (`convert.live`) and a pod's key is built once, not in every session
+    that places it."""
     return shape_key(TaskShape(tuple(task_request(spec).tolist()), spec_needs_gpu(spec), spec))
-
-
-spec_shape_key = IdentityCache(_spec_shape_key)
-"""A task's shape key, remembered per pod spec: it reads only the spec (a task's request is
-`task_request` of its spec, `jobs.build_job`), and a scheduler's specs outlive its cycles
-(`convert.live`), so a pod's key is built once, not in every session that places it."""
 
 
 def node_ranking(session: Session) -> NodeRanking | None:
@@ -251,7 +248,7 @@ class NodeFinder:
         facts = task.facts
         key = facts.shape_key
         if key is None:
-            key = facts.shape_key = spec_shape_key.of(task.spec)
+            key = facts.shape_key = spec_shape_key(task.spec)
         return key
 
     def best(self, task: Task) -> int | None:

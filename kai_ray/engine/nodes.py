@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kai_ray.distributed import kernels
-from kai_ray.engine.jobs import RequestFloats, Task, task_request_floats
+from kai_ray.engine.jobs import RequestFloats, Task, spec_facts
 from kai_ray.model.objects import OCCUPYING, PIPELINED, RELEASING, HeldPod, TaskSpec, TaskStatus
 from kai_ray.model.resources import CPU, EPSILON, GPU, MEMORY, PODS
 from kai_ray.model.snapshot import NodeTable
@@ -87,7 +87,7 @@ class NodeState:
             spec = pod.task
             if spec.node is not None and spec.status in OCCUPYING:
                 row = table.index[spec.node]
-                self._charge(row, task_request_floats.of(spec), spec.status, +1.0)
+                self._charge(row, spec_facts.of(spec).request_floats, spec.status, +1.0)
                 if spec.is_shared_gpu:
                     self._apply_groups(-1 - offset, spec, spec.gpu_groups, spec.status, row, +1.0)
         self._idle = np.array(self.idle_rows, dtype=float).reshape(table.allocatable.shape)

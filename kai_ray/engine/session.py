@@ -19,7 +19,7 @@ import numpy as np
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.distributed.executor import Executor, LocalExecutor
 from kai_ray.engine.job_pool import JobPool
-from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task, job_facts
+from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task
 from kai_ray.engine.node_finder import NodeFinder
 from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.part_basis import PartBasis
@@ -202,7 +202,7 @@ class Session:
                 facts = task.facts
                 known = facts.queue_charge
                 if known is None:
-                    known = facts.queue_charge = whole_gpu_charge.of(task.spec)
+                    known = facts.queue_charge = whole_gpu_charge(task.spec)
                 charge = known
             self._charges[task.uid] = charge
             job_spec = job.spec  # the spec's fields, not `Job`'s properties: once per pod placed
@@ -306,7 +306,7 @@ class Session:
             facts = tasks[0].facts
             request = facts.lone_request
             if request is None:
-                request = facts.lone_request = lone_request_floats.of(tasks[0].spec)
+                request = facts.lone_request = lone_request_floats(tasks[0].spec)
             if request is not None:
                 return request
         floats = _summed_request(tasks, gpu_memory)
@@ -344,7 +344,7 @@ class Session:
         all of them, and most pending jobs wait, unchanged, through many cycles."""
         if job in self.job_move_counts:
             return self.job_order_key(job)
-        facts = job_facts.of(job.spec)
+        facts = job.facts
         known = facts.standing_order_key
         signature = self._job_order_signature
         if known is not None and known[0] is signature:
@@ -567,15 +567,12 @@ class HookLists(dict[str, list[Plugin]]):
         return found
 
 
-def _whole_gpu_charge(spec: TaskSpec) -> Charge:
+def whole_gpu_charge(spec: TaskSpec) -> Charge:
     """`Session.placed_charge` of a pod that shares no GPU, the same on every row (its accepted
-    GPUs are its whole ones): a tuple, as sessions share it."""
+    GPUs are its whole ones): a tuple, as sessions share it. Made once per pod spec and kept with
+    its facts (`SpecFacts.queue_charge`): a scheduler's specs outlive its cycles
+    (`convert.live`), and a new tuple per placed pod was most of a charge."""
     return float(spec.cpu_millis), float(spec.memory), float(spec.accepted_gpus(DEFAULT_GPU_MEMORY_MIB))
-
-
-whole_gpu_charge = IdentityCache(_whole_gpu_charge)
-"""What placing a pod that shares no GPU charges its queue, made once per pod spec: a scheduler's
-specs outlive its cycles (`convert.live`), and a new tuple per placed pod was most of a charge."""
 
 
 def _lone_request(spec: TaskSpec) -> np.ndarray | None:
@@ -594,18 +591,15 @@ lone_request = IdentityCache(_lone_request)
 of a request's cost."""
 
 
-def _lone_request_floats(spec: TaskSpec) -> FairnessFloats | None:
-    """`lone_request`'s floats and bytes (`Session.fairness_request_floats`), None as it is."""
+def lone_request_floats(spec: TaskSpec) -> FairnessFloats | None:
+    """`lone_request`'s floats and bytes (`Session.fairness_request_floats`), None as it is. Made
+    once per pod spec and kept with its facts (`SpecFacts.lone_request`): the job queue asks one
+    per pod placed, and `tobytes` per request and `tolist` per queue order key were most of it."""
     request = lone_request.of(spec)
     if request is None:
         return None
     cpu, memory, gpus = request.tolist()
     return (cpu, memory, gpus), request.tobytes()
-
-
-lone_request_floats = IdentityCache(_lone_request_floats)
-"""A lone task's `Session.fairness_request_floats`, made once per pod spec: the job queue asks one
-per pod placed, and `tobytes` per request and `tolist` per queue order key were most of it."""
 
 
 def _summed_request(tasks: Sequence[Task], gpu_memory: float) -> Charge:

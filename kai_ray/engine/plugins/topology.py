@@ -15,8 +15,7 @@ from kai_ray.engine.plugins.base import NodeSubsets, Plugin
 from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.engine.topology.selection import GroupDemand, NoDomain, choose_domains, level_problem
 from kai_ray.engine.topology.tree import ROOT_LEVEL, DomainTree, build_tree
-from kai_ray.identity_cache import IdentityCache
-from kai_ray.model.objects import ACTIVE_ALLOCATED, PodSetSpec, SubGroupSetSpec
+from kai_ray.model.objects import ACTIVE_ALLOCATED
 from kai_ray.model.resources import GPU
 
 
@@ -27,9 +26,9 @@ class TopologyPlugin(Plugin):
         self._trees: dict[str, DomainTree] = {}
 
     def splits_nodes(self, job: Job) -> bool:
-        """Asked of every job attempt: answered per PodGroup tree spec, which the job's tree is
-        built from (`jobs.build_job`) and which outlives cycles (`names_topology`)."""
-        return names_topology.of(job.spec.subgroups)
+        """Asked of every job attempt: answered per PodGroup spec, which the job's tree is built
+        from (`jobs.build_job`) and which outlives cycles (`JobFacts.names_topology`)."""
+        return job.facts.names_topology
 
     def node_subsets(
         self, job: Job, group: SubGroupSet | PodSet, tasks: list[Task], node_mask: np.ndarray
@@ -96,21 +95,3 @@ class TopologyPlugin(Plugin):
             if memory > 0:
                 free[i] = sum(group.idle_memory for _, group in nodes.fitting_groups(row, 0.0)) / memory
         return free
-
-
-def _names_topology(tree: SubGroupSetSpec) -> bool:
-    """Whether a (sub)group of the tree names a topology."""
-    groups: list[SubGroupSetSpec | PodSetSpec] = [tree]
-    while groups:
-        group = groups.pop()
-        if group.topology is not None and group.topology.topology:
-            return True
-        if isinstance(group, SubGroupSetSpec):
-            groups.extend(group.subgroup_sets)
-            groups.extend(group.pod_sets)
-    return False
-
-
-names_topology = IdentityCache(_names_topology)
-"""`_names_topology`, remembered per tree spec: specs are never changed (a changed PodGroup is a new
-spec) and outlive cycles, and the walk ran for every job attempt of every cycle."""
