@@ -24,7 +24,7 @@ import numpy as np
 from kai_ray.distributed import kernels
 from kai_ray.distributed.executor import LocalExecutor
 from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskShape
-from kai_ray.engine.jobs import Job, Task, spec_needs_gpu, task_request
+from kai_ray.engine.jobs import Job, RequestFloats, Task, spec_needs_gpu
 from kai_ray.engine.plugins.base import Plugin
 from kai_ray.engine.plugins.predicates import PredicatesPlugin
 from kai_ray.engine.plugins.scoring import (
@@ -71,12 +71,12 @@ def shape_key(shape: TaskShape) -> ShapeKey:
     )
 
 
-def spec_shape_key(spec: TaskSpec) -> ShapeKey:
-    """A task's shape key from its spec alone (a task's request is `task_request` of its spec,
-    `jobs.build_job`): kept with the spec's facts (`SpecFacts.shape_key`), since a scheduler's
-    specs outlive its cycles (`convert.live`) and a pod's key is built once, not in every session
-    that places it."""
-    return shape_key(TaskShape(tuple(task_request(spec).tolist()), spec_needs_gpu(spec), spec))
+def spec_shape_key(spec: TaskSpec, request: RequestFloats) -> ShapeKey:
+    """A task's shape key from its spec and the spec's request floats (`SpecFacts.request_floats`,
+    the floats of `task_request`, which a task's request is: `jobs.build_job`): kept with the
+    spec's facts (`SpecFacts.shape_key`), since a scheduler's specs outlive its cycles
+    (`convert.live`) and a pod's key is built once, not in every session that places it."""
+    return shape_key(TaskShape(request, spec_needs_gpu(spec), spec))
 
 
 def node_ranking(session: Session) -> NodeRanking | None:
@@ -248,7 +248,7 @@ class NodeFinder:
         facts = task.facts
         key = facts.shape_key
         if key is None:
-            key = facts.shape_key = spec_shape_key(task.spec)
+            key = facts.shape_key = spec_shape_key(task.spec, facts.request_floats)
         return key
 
     def best(self, task: Task) -> int | None:

@@ -578,10 +578,11 @@ def whole_gpu_charge(spec: TaskSpec) -> Charge:
 def _lone_request(spec: TaskSpec) -> np.ndarray | None:
     """`Session.fairness_request` of a lone task of the spec if it shares no GPU (its accepted
     GPUs are its whole ones on any GPU memory), None if it does: read-only, as sessions share it.
-    Each sum starts from 0.0 as that method's does, so the floats are the very ones it gives."""
-    if spec.is_shared_gpu:
+    Made of `lone_request_floats`' floats, so the two agree float for float."""
+    known = lone_request_floats(spec)
+    if known is None:
         return None
-    request = np.array((0.0 + spec.cpu_millis, 0.0 + spec.memory, 0.0 + spec.gpu))
+    request = np.array(known[0])
     request.flags.writeable = False
     return request
 
@@ -592,14 +593,15 @@ of a request's cost."""
 
 
 def lone_request_floats(spec: TaskSpec) -> FairnessFloats | None:
-    """`lone_request`'s floats and bytes (`Session.fairness_request_floats`), None as it is. Made
-    once per pod spec and kept with its facts (`SpecFacts.lone_request`): the job queue asks one
-    per pod placed, and `tobytes` per request and `tolist` per queue order key were most of it."""
-    request = lone_request.of(spec)
-    if request is None:
+    """`Session.fairness_request_floats` of a lone task of the spec if it shares no GPU: the
+    floats and the bytes a float64 array of them holds, without making the array. Each sum starts
+    from 0.0 as `fairness_request`'s does, so the floats are the very ones it gives. Made once per
+    pod spec and kept with its facts (`SpecFacts.lone_request`): the job queue asks one per pod
+    placed, and `tobytes` per request and `tolist` per queue order key were most of it."""
+    if spec.is_shared_gpu:
         return None
-    cpu, memory, gpus = request.tolist()
-    return (cpu, memory, gpus), request.tobytes()
+    floats = (float(0.0 + spec.cpu_millis), float(0.0 + spec.memory), float(0.0 + spec.gpu))
+    return floats, _REQUEST_BYTES.pack(*floats)
 
 
 def _summed_request(tasks: Sequence[Task], gpu_memory: float) -> Charge:
