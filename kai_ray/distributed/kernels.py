@@ -65,14 +65,6 @@ class TaskShape:
     needs_gpu: bool
     spec: TaskSpec = field(compare=False, hash=False)
 
-    @property
-    def constraints(self) -> tuple[object, ...]:
-        return (
-            tuple(sorted(self.spec.node_selector.items())),
-            self.spec.node_affinity,
-            self.spec.tolerations,
-        )
-
 
 @dataclass
 class NodeRows:

@@ -59,12 +59,13 @@ def shape_of(task: Task) -> TaskShape:
     return TaskShape(tuple(task.request.tolist()), task.needs_gpu, task.spec)
 
 
-def shape_key(shape: TaskShape) -> ShapeKey:
-    spec = shape.spec
+def shape_key(request: tuple[float, ...], needs_gpu: bool, spec: TaskSpec) -> ShapeKey:
+    """What makes pods alike to node kernels: their request, GPU need, node constraints and GPU
+    ask. Made from the fields a `TaskShape` holds, without making one (a frozen dataclass)."""
     return (
-        shape.request,
-        shape.needs_gpu,
-        shape.constraints,
+        request,
+        needs_gpu,
+        (tuple(sorted(spec.node_selector.items())), spec.node_affinity, spec.tolerations),
         spec.gpu,
         spec.gpu_memory_mib,
         spec.gpu_devices,
@@ -76,7 +77,7 @@ def spec_shape_key(spec: TaskSpec, request: RequestFloats) -> ShapeKey:
     the floats of `task_request`, which a task's request is: `jobs.build_job`): kept with the
     spec's facts (`SpecFacts.shape_key`), since a scheduler's specs outlive its cycles
     (`convert.live`) and a pod's key is built once, not in every session that places it."""
-    return shape_key(TaskShape(request, spec_needs_gpu(spec), spec))
+    return shape_key(request, spec_needs_gpu(spec), spec)
 
 
 def node_ranking(session: Session) -> NodeRanking | None:

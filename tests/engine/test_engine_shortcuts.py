@@ -32,7 +32,7 @@ from kai_ray.cluster.sim.simulator import CycleResult, SimulatedCluster
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.job_queue import JobQueue
 from kai_ray.engine.jobs import Job, PodSet, RequestFloats, SubGroupSet, job_facts, spec_facts, task_request
-from kai_ray.engine.node_finder import shape_key, shape_of
+from kai_ray.engine.node_finder import shape_key
 from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.plan import Bind, Eviction, TaskState, new_bind, new_eviction, new_task_state
 from kai_ray.engine.plugins.base import OrderKey
@@ -231,7 +231,7 @@ def test_answers_remembered_per_task_are_the_ones_asked_afresh(
         assert facts is spec_facts.of(task.spec)
         assert facts.request_floats == tuple(task_request(task.spec).tolist())
         if facts.shape_key is not None:
-            assert facts.shape_key == shape_key(shape_of(task))
+            assert facts.shape_key == shape_key(tuple(task.request.tolist()), task.needs_gpu, task.spec)
         if facts.queue_charge is not None:
             assert not task.is_shared_gpu
             spec = task.spec
