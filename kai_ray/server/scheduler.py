@@ -531,7 +531,7 @@ class KubeScheduler:
             queues=session.queues,
             display_names=display_names,
         )
-        for outcome in bound.outcomes:
+        for outcome in [*bound.outcomes, *applied.bind_outcomes]:
             metrics.observe_bind(outcome.phase == "Succeeded", outcome.seconds)
         metrics.observe_evictions(_evicted_podgroups(plan, applied, refs))
         metrics.observe_blocked_evictions(len(applied.blocked))

@@ -11,6 +11,7 @@ from kube_zone import Zone
 from kubernetes import client
 
 from kai_ray.cluster.kube.bind_mode import BindMode
+from kai_ray.server.metrics import SchedulerMetrics
 from kai_ray.server.scheduler import KubeScheduler
 
 pytestmark = pytest.mark.kube
@@ -112,13 +113,19 @@ def test_a_restarted_scheduler_never_binds_a_pod_twice(kube_api: Any, zone: Zone
 
 def test_direct_binds_place_pods_without_bind_requests_and_never_twice(kube_api: Any, zone: Zone) -> None:
     """`--bind-mode direct`: the scheduler binds pods itself, no BindRequest is made, the binds
-    are announced on their PodGroups, and a cycle that runs before the watch shows the binds
-    (the very next one) does not place those pods again."""
+    are announced on their PodGroups, a cycle that runs before the watch shows the binds (the
+    very next one) does not place those pods again, and the bind metrics count them as they count
+    the binder's."""
     namespace, leaf = zone.name, zone.queues[-1]
     for index in range(5):
         zone.pod(f"p-{index}", queue=leaf, gpus=3)  # five 3-GPU pods: four fit on two 8-GPU nodes
+    metrics = SchedulerMetrics()
     scheduler = KubeScheduler(
-        kube_api, namespace=namespace, grouper=PodGroupController(kube_api), bind_mode=BindMode.DIRECT
+        kube_api,
+        namespace=namespace,
+        grouper=PodGroupController(kube_api),
+        bind_mode=BindMode.DIRECT,
+        metrics=metrics,
     )
     scheduler.start()
     try:
@@ -133,6 +140,10 @@ def test_direct_binds_place_pods_without_bind_requests_and_never_twice(kube_api:
         bound = [pod for outcome in outcomes for pod in outcome.applied.bound]
         assert len(bound) == len(set(bound)) == 4  # each pod bound once, none planned twice
         assert not [error for outcome in outcomes for error in outcome.applied.errors]
+        sample = metrics.registry.get_sample_value
+        assert sample("kai_ray_pods_bound_total") == 4
+        assert sample("kai_ray_bind_failures_total") == 0
+        assert sample("kai_task_bind_latency_milliseconds_count") == 4
         custom = client.CustomObjectsApi(kube_api)
         assert (
             custom.list_namespaced_custom_object(GROUP, "v1alpha2", namespace, "bindrequests")["items"] == []

@@ -112,6 +112,9 @@ class ApplyResult(Tally):
     bind_requests: list[str] = field(default_factory=list)
     bound: list[str] = field(default_factory=list)
     """Pods bound directly (`BindMode.DIRECT`), no BindRequest made."""
+    bind_outcomes: list[BindOutcome] = field(default_factory=list)
+    """Every direct bind attempt's outcome, failed ones too: the bind metrics (attempts, their
+    latency, failures) count them as they count the binder's."""
     skipped: list[tuple[str, str]] = field(default_factory=list)
     evicted: list[str] = field(default_factory=list)
     blocked: list[BlockedEviction] = field(default_factory=list)
@@ -256,6 +259,7 @@ class _Applier:
         )
         if self.direct is not None:
             outcome = self.direct.bind_now(body)
+            self.result.add("bind_outcomes", outcome)
             if outcome.phase == "Succeeded":
                 self.result.add("bound", who)
             else:
