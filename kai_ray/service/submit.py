@@ -27,6 +27,7 @@ from kai_ray.api import (
     PriorityClass,
     Queue,
     SourcedObject,
+    Topology,
     format_path,
     load_sourced_objects,
     parse_quantity,
@@ -141,6 +142,9 @@ def _from_spec(
     _check_queue(spec.queue, view, f"{at}.queue")
     _check_priority_class(spec.priority_class, view, f"{at}.priority_class")
     leaves = _check_sub_groups(spec, at)
+    _check_topology(spec.topology, view, f"{at}.topology")
+    for index, group in enumerate(spec.sub_groups):
+        _check_topology(group.topology, view, f"{at}.sub_groups[{index}].topology")
     pods_per_set = _check_pod_sets(spec, leaves, at)
     total = sum(pods_per_set)
     if spec.min_available < 0:
@@ -214,6 +218,47 @@ def _check_priority_class(name: str, view: BackendView, at: str) -> None:
         raise ServiceError(
             ErrorCode.FAILED_PRECONDITION, f"priority class {name!r} does not exist ({known})", at
         )
+
+
+def _check_topology(constraint: pb.TopologyConstraint, view: BackendView, at: str) -> None:
+    """A constraint the scheduler can act on, refused now otherwise: a level needs a topology,
+    which must exist and have that level (by node label or alias). The scheduler would keep such
+    a workload pending for good (KAI does the same), with nothing to tell the client at submit."""
+    levels = {"required_level": constraint.required_level, "preferred_level": constraint.preferred_level}
+    if not constraint.topology:
+        for field_name, level in levels.items():
+            if level:
+                raise _invalid(f"{at}.topology", f"required with {field_name} {level!r}")
+        return
+    topologies = {name: obj for (_, name), obj in view.all("Topology").items() if isinstance(obj, Topology)}
+    topology = topologies.get(constraint.topology)
+    if topology is None:
+        known = ", ".join(sorted(topologies)) or "none"
+        raise ServiceError(
+            ErrorCode.FAILED_PRECONDITION,
+            f"topology {constraint.topology!r} does not exist (topologies: {known})",
+            f"{at}.topology",
+        )
+    names = [name for level in topology.spec.levels for name in (level.node_label, level.alias) if name]
+    for field_name, level in levels.items():
+        if level and level not in names:
+            raise ServiceError(
+                ErrorCode.FAILED_PRECONDITION,
+                f"topology {constraint.topology!r} has no level {level!r} (levels: {', '.join(names)})",
+                f"{at}.{field_name}",
+            )
+
+
+def _constraint_body(constraint: pb.TopologyConstraint) -> dict[str, str] | None:
+    """The PodGroup's `topologyConstraint` for a checked constraint; None for none."""
+    if not constraint.topology:
+        return None
+    body = {"topology": constraint.topology}
+    if constraint.required_level:
+        body["requiredTopologyLevel"] = constraint.required_level
+    if constraint.preferred_level:
+        body["preferredTopologyLevel"] = constraint.preferred_level
+    return body
 
 
 def _check_sub_groups(spec: pb.WorkloadSpec, at: str) -> set[str]:
@@ -341,6 +386,9 @@ def _pod_group(request: pb.SubmitWorkloadRequest, name: str, total: int, created
             entry: dict[str, Any] = {"name": group.name}
             if group.parent:
                 entry["parent"] = group.parent
+            group_constraint = _constraint_body(group.topology)
+            if group_constraint is not None:
+                entry["topologyConstraint"] = group_constraint
             if group.name in parents:
                 if group.min_available:
                     entry["minSubGroup"] = group.min_available
@@ -351,6 +399,9 @@ def _pod_group(request: pb.SubmitWorkloadRequest, name: str, total: int, created
         body["subGroups"] = sub_groups
     else:
         body["minMember"] = spec.min_available or total
+    constraint = _constraint_body(spec.topology)
+    if constraint is not None:
+        body["topologyConstraint"] = constraint
     return PodGroup.model_validate(
         {
             "apiVersion": PODGROUP_API_VERSION,

@@ -108,31 +108,45 @@ class PodSet(_message.Message):
     sub_group: str
     def __init__(self, name: _Optional[str] = ..., replicas: _Optional[int] = ..., template: _Optional[_Union[PodTemplate, _Mapping]] = ..., sub_group: _Optional[str] = ...) -> None: ...
 
+class TopologyConstraint(_message.Message):
+    __slots__ = ("topology", "required_level", "preferred_level")
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    PREFERRED_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    topology: str
+    required_level: str
+    preferred_level: str
+    def __init__(self, topology: _Optional[str] = ..., required_level: _Optional[str] = ..., preferred_level: _Optional[str] = ...) -> None: ...
+
 class SubGroup(_message.Message):
-    __slots__ = ("name", "parent", "min_available")
+    __slots__ = ("name", "parent", "min_available", "topology")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARENT_FIELD_NUMBER: _ClassVar[int]
     MIN_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     name: str
     parent: str
     min_available: int
-    def __init__(self, name: _Optional[str] = ..., parent: _Optional[str] = ..., min_available: _Optional[int] = ...) -> None: ...
+    topology: TopologyConstraint
+    def __init__(self, name: _Optional[str] = ..., parent: _Optional[str] = ..., min_available: _Optional[int] = ..., topology: _Optional[_Union[TopologyConstraint, _Mapping]] = ...) -> None: ...
 
 class WorkloadSpec(_message.Message):
-    __slots__ = ("queue", "priority_class", "preemptibility", "min_available", "sub_groups", "pod_sets")
+    __slots__ = ("queue", "priority_class", "preemptibility", "min_available", "sub_groups", "pod_sets", "topology")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_CLASS_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIBILITY_FIELD_NUMBER: _ClassVar[int]
     MIN_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
     SUB_GROUPS_FIELD_NUMBER: _ClassVar[int]
     POD_SETS_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     queue: str
     priority_class: str
     preemptibility: Preemptibility
     min_available: int
     sub_groups: _containers.RepeatedCompositeFieldContainer[SubGroup]
     pod_sets: _containers.RepeatedCompositeFieldContainer[PodSet]
-    def __init__(self, queue: _Optional[str] = ..., priority_class: _Optional[str] = ..., preemptibility: _Optional[_Union[Preemptibility, str]] = ..., min_available: _Optional[int] = ..., sub_groups: _Optional[_Iterable[_Union[SubGroup, _Mapping]]] = ..., pod_sets: _Optional[_Iterable[_Union[PodSet, _Mapping]]] = ...) -> None: ...
+    topology: TopologyConstraint
+    def __init__(self, queue: _Optional[str] = ..., priority_class: _Optional[str] = ..., preemptibility: _Optional[_Union[Preemptibility, str]] = ..., min_available: _Optional[int] = ..., sub_groups: _Optional[_Iterable[_Union[SubGroup, _Mapping]]] = ..., pod_sets: _Optional[_Iterable[_Union[PodSet, _Mapping]]] = ..., topology: _Optional[_Union[TopologyConstraint, _Mapping]] = ...) -> None: ...
 
 class Manifests(_message.Message):
     __slots__ = ("documents",)
