@@ -27,15 +27,11 @@ RACK_LABEL = "example.com/rack"
 
 @pytest.fixture
 def backend() -> Iterator[SimBackend]:
+    """The racks above in place of the conftest's cluster (its `service` fixture serves this)."""
     sim = SimBackend.from_directory(CLUSTER, clock=lambda: NOW)
     sim.run_cycle()
     yield sim
     sim.close()
-
-
-@pytest.fixture
-def service(backend: SimBackend) -> SchedulerService:
-    return SchedulerService(backend)
 
 
 def two_gpu_pods(name: str, replicas: int, sub_group: str = "") -> pb.PodSet:
