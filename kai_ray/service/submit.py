@@ -221,15 +221,18 @@ def _check_priority_class(name: str, view: BackendView, at: str) -> None:
 
 
 def _check_topology(constraint: pb.TopologyConstraint, view: BackendView, at: str) -> None:
-    """A constraint the scheduler can act on, refused now otherwise: a level needs a topology,
-    which must exist and have that level (by node label or alias). The scheduler would keep such
-    a workload pending for good (KAI does the same), with nothing to tell the client at submit."""
+    """A constraint the scheduler can act on, refused now otherwise: a topology and a level go
+    together, and the topology must exist and have that level (by node label or alias). The
+    scheduler would keep such a workload pending for good (KAI does the same), with nothing to
+    tell the client at submit."""
     levels = {"required_level": constraint.required_level, "preferred_level": constraint.preferred_level}
     if not constraint.topology:
         for field_name, level in levels.items():
             if level:
                 raise _invalid(f"{at}.topology", f"required with {field_name} {level!r}")
         return
+    if not any(levels.values()):
+        raise _invalid(f"{at}.required_level", "a topology needs a required_level or a preferred_level")
     topologies = {name: obj for (_, name), obj in view.all("Topology").items() if isinstance(obj, Topology)}
     topology = topologies.get(constraint.topology)
     if topology is None:

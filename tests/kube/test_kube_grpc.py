@@ -227,3 +227,54 @@ def test_workloads_made_outside_the_api_appear_and_follow_their_pods(kube_api: A
     core.delete_namespaced_pod("solo", ns, grace_period_seconds=0)
     # No garbage collector runs in the dev cluster: the PodGroup stays, the pod is gone.
     wait_until(lambda: (solo() or pb.Workload(pods=1)).pods == 0, TIMEOUT, "solo's pod to be gone")
+
+
+def test_a_topology_constraint_reaches_the_pod_group_and_an_unknown_topology_is_refused(
+    kube_api: Any, served: Served
+) -> None:
+    """The kube backend finds the cluster's Topology objects: a constraint naming one is written
+    into the PodGroup on the API server, one naming none is refused with nothing created."""
+    ns = served.namespace
+    custom = client.CustomObjectsApi(kube_api)
+    topology = f"{ns}-hosts"
+    body = {
+        "apiVersion": "kai.scheduler/v1alpha1",
+        "kind": "Topology",
+        "metadata": {"name": topology},
+        "spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname", "alias": "host"}]},
+    }
+    custom.create_cluster_custom_object("kai.scheduler", "v1alpha1", "topologies", body)
+    try:
+        request = gpu_workload(ns, "together", 2, 4)
+        request.workload.topology.topology = topology
+        request.workload.topology.required_level = "host"
+
+        def submitted() -> bool:
+            # The cache sees the new Topology a moment after the API server has it.
+            try:
+                served.client.submit_workload(request)
+            except RemoteError as error:
+                assert error.status == "FAILED_PRECONDITION" and "does not exist" in str(error), error
+                return False
+            return True
+
+        wait_until(submitted, TIMEOUT, "the Topology to reach the cache")
+        constraint = pod_groups(kube_api, ns)["together"]["spec"]["topologyConstraint"]
+        assert constraint == {"topology": topology, "requiredTopologyLevel": "host"}
+        wait_until(
+            lambda: (workload(served, "together") or pb.Workload()).state == pb.RUNNING,
+            TIMEOUT,
+            "together to be RUNNING",
+        )
+        placed = pods(kube_api, ns)
+        assert placed["together-0"].spec.node_name == placed["together-1"].spec.node_name
+        missing = gpu_workload(ns, "apart", 1, 1)
+        missing.workload.topology.topology = f"{ns}-nowhere"
+        missing.workload.topology.preferred_level = "host"
+        with pytest.raises(RemoteError) as refused:
+            served.client.submit_workload(missing)
+        assert refused.value.status == "FAILED_PRECONDITION"
+        assert refused.value.field == "workload.topology.topology"
+        assert "apart" not in pod_groups(kube_api, ns) and "apart-0" not in pods(kube_api, ns)
+    finally:
+        custom.delete_cluster_custom_object("kai.scheduler", "v1alpha1", "topologies", topology)

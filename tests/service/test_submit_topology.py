@@ -109,6 +109,10 @@ def _unknown_topology(workload: pb.WorkloadSpec) -> None:
     workload.topology.preferred_level = "rack"
 
 
+def _topology_without_a_level(workload: pb.WorkloadSpec) -> None:
+    workload.topology.topology = "cluster-topology"
+
+
 def _unknown_level_on_a_sub_group(workload: pb.WorkloadSpec) -> None:
     workload.sub_groups.add(
         name="g", topology=pb.TopologyConstraint(topology="cluster-topology", required_level="row")
@@ -122,13 +126,19 @@ def _unknown_level_on_a_sub_group(workload: pb.WorkloadSpec) -> None:
         (_level_without_topology, ErrorCode.INVALID_ARGUMENT, "workload.topology.topology", "required with"),
         (_unknown_topology, ErrorCode.FAILED_PRECONDITION, "workload.topology.topology", "does not exist"),
         (
+            _topology_without_a_level,
+            ErrorCode.INVALID_ARGUMENT,
+            "workload.topology.required_level",
+            "needs a required_level or a preferred_level",
+        ),
+        (
             _unknown_level_on_a_sub_group,
             ErrorCode.FAILED_PRECONDITION,
             "workload.sub_groups[0].topology.required_level",
             "has no level 'row' (levels: example.com/zone, example.com/rack, rack)",
         ),
     ],
-    ids=["level without topology", "unknown topology", "unknown level"],
+    ids=["level without topology", "unknown topology", "topology without a level", "unknown level"],
 )
 def test_a_constraint_that_could_never_be_met_is_refused_and_creates_nothing(
     service: SchedulerService, backend: SimBackend, edit: object, code: ErrorCode, field: str, words: str
