@@ -24,7 +24,7 @@ import numpy as np
 from kai_ray.distributed import kernels
 from kai_ray.distributed.executor import LocalExecutor
 from kai_ray.distributed.kernels import NodeRanking, NodeRows, RankedRows, TaskShape
-from kai_ray.engine.jobs import Job, RequestFloats, Task, spec_needs_gpu
+from kai_ray.engine.jobs import Job, Task
 from kai_ray.engine.plugins.base import Plugin
 from kai_ray.engine.plugins.predicates import PredicatesPlugin
 from kai_ray.engine.plugins.scoring import (
@@ -61,7 +61,10 @@ def shape_of(task: Task) -> TaskShape:
 
 def shape_key(request: tuple[float, ...], needs_gpu: bool, spec: TaskSpec) -> ShapeKey:
     """What makes pods alike to node kernels: their request, GPU need, node constraints and GPU
-    ask. Made from the fields a `TaskShape` holds, without making one (a frozen dataclass)."""
+    ask. Made from the fields a `TaskShape` holds, without making one (a frozen dataclass). It
+    reads only the spec (a task's request is `task_request` of its spec, `jobs.build_job`), so it
+    is kept with the spec's facts (`SpecFacts.shape_key`): a scheduler's specs outlive its cycles
+    (`convert.live`), and a pod's key is built once, not in every session that places it."""
     return (
         request,
         needs_gpu,
@@ -70,14 +73,6 @@ def shape_key(request: tuple[float, ...], needs_gpu: bool, spec: TaskSpec) -> Sh
         spec.gpu_memory_mib,
         spec.gpu_devices,
     )
-
-
-def spec_shape_key(spec: TaskSpec, request: RequestFloats) -> ShapeKey:
-    """A task's shape key from its spec and the spec's request floats (`SpecFacts.request_floats`,
-    the floats of `task_request`, which a task's request is: `jobs.build_job`): kept with the
-    spec's facts (`SpecFacts.shape_key`), since a scheduler's specs outlive its cycles
-    (`convert.live`) and a pod's key is built once, not in every session that places it."""
-    return shape_key(request, spec_needs_gpu(spec), spec)
 
 
 def node_ranking(session: Session) -> NodeRanking | None:
@@ -249,7 +244,7 @@ class NodeFinder:
         facts = task.facts
         key = facts.shape_key
         if key is None:
-            key = facts.shape_key = spec_shape_key(task.spec, facts.request_floats)
+            key = facts.shape_key = shape_key(facts.request_floats, task.needs_gpu, task.spec)
         return key
 
     def best(self, task: Task) -> int | None:
