@@ -398,6 +398,14 @@ def bench(
     ] = 600.0,
     bind_mode: BindModeOption = BindMode.BIND_REQUEST,
     shard_by: ShardByOption = ShardBy.NONE,
+    same_snapshot: Annotated[
+        bool,
+        typer.Option(
+            "--same-snapshot",
+            help="Time every cycle over one snapshot compiled once (a served scheduler's steady "
+            "state: unchanged pods keep their specs) instead of a shape built afresh for each.",
+        ),
+    ] = False,
 ) -> None:
     """Time scheduling cycles on a generated cluster shape, or end to end with --kube or --grpc."""
     if grpc:
@@ -445,14 +453,16 @@ def bench(
             typer.echo(f"wrote {emit_scenario}")
             return
         if shard_by == ShardBy.NODE_POOL:
+            if same_snapshot:
+                _fail(["--same-snapshot: node-pool runs schedule each pool's own cluster; leave it out"])
             _bench_pools(shape, repeat, executor == ExecutorName.RAY, ray_address, json_file)
             return
         if shard_by == ShardBy.JOBS:
             split = _split_cycles(executor, shards, ray_address)
             results = (
-                run_split_compare(shape, repeat, split)
+                run_split_compare(shape, repeat, split, same_snapshot)
                 if compare
-                else [run_split_shape(shape, repeat, split)]
+                else [run_split_shape(shape, repeat, split, same_snapshot)]
             )
             render_results(shape, results, terminal_console())
             _write_results(json_file, shape, results)
@@ -465,10 +475,11 @@ def bench(
                 repeat,
                 lambda count: RayExecutor(count, ray_address, pool_label=NODE_POOL_LABEL),
                 shards,
+                same_snapshot,
             )
         else:
             chosen = _executor(executor, shards, ray_address)
-            results = [run_shape(shape, repeat, chosen, shards if chosen is not None else 1)]
+            results = [run_shape(shape, repeat, chosen, shards if chosen is not None else 1, same_snapshot)]
     except ValueError as exc:
         _fail([str(exc)])
     render_results(shape, results, terminal_console())

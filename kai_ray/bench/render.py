@@ -63,6 +63,22 @@ def _split_table(results: Sequence[BenchResult]) -> Table:
 
 def _notes(result: BenchResult, console: Console) -> None:
     label = result.executor if result.executor == "local" else f"{result.executor} x{result.shards}"
+    if result.cpu_seconds is not None:
+        cpu = result.cpu_seconds
+        over = "one snapshot, compiled once" if result.same_snapshot else "a shape built afresh each cycle"
+        console.print(
+            f"{label} CPU per cycle (medians, ms; {over}): opening {cpu['opening'] * 1000:.3f}, "
+            f"actions + plan {cpu['actions_and_plan'] * 1000:.3f}, whole {cpu['cycle'] * 1000:.3f}",
+            soft_wrap=True,
+        )
+    if result.against_kai is not None:
+        kai = result.against_kai
+        console.print(
+            f"{label} against KAI's benchmark ({kai['kai_seconds_per_op'] * 1000:g} ms per op, its session "
+            f"build and Execute; target {kai['target_seconds'] * 1000:g} ms): actions + plan "
+            f"x{kai['actions_and_plan_ratio']:.2f}, whole cycle x{kai['whole_cycle_ratio']:.2f}",
+            soft_wrap=True,
+        )
     if result.projection is not None:
         console.print(f"{label} projection: {result.projection.basis}", soft_wrap=True)
     if result.sharding is not None:

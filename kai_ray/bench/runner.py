@@ -9,7 +9,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
+from kai_ray.api.config import SchedulerConfig
 from kai_ray.bench.churn_objects import churn_sizes
+from kai_ray.bench.kai_reference import against_kai
 from kai_ray.bench.projection import (
     BatchTimes,
     CycleSplit,
@@ -22,8 +24,8 @@ from kai_ray.bench.projection import (
 from kai_ray.bench.shapes import build_shape
 from kai_ray.collector import collection_paused
 from kai_ray.distributed.executor import Executor
-from kai_ray.engine.cycle import schedule
-from kai_ray.model.snapshot import compile_snapshot
+from kai_ray.engine.cycle import open_session, run_actions
+from kai_ray.model.snapshot import Snapshot, compile_snapshot
 from kai_ray.server.gc_tuning import freeze_what_lives
 from kai_ray.split.cycle import SplitCycles, SplitTiming
 
@@ -52,6 +54,17 @@ class BenchResult:
     """The cycle projected for 1, 2, 4 and 8 workers from `time_split` (see `projection`)."""
     ratio_to_local: float | None = None
     """With `--compare`: this median over the local executor's median from the same run."""
+    cpu_seconds: dict[str, float] | None = None
+    """Median CPU seconds of this process per cycle (`time.process_time`, so another load on the
+    machine counts less than in wall clock): `opening` (the session: fair shares, bookings),
+    `actions_and_plan`, and `cycle`, the two together. None for split cycles, whose parts run
+    elsewhere."""
+    against_kai: dict[str, float] | None = None
+    """For a shape KAI benchmarks: its figure, the target and our CPU figures over it
+    (`kai_reference.against_kai`)."""
+    same_snapshot: bool = False
+    """Whether every cycle ran over one snapshot compiled once (`--same-snapshot`), rather than
+    over a shape built afresh for each."""
     split_cycles: dict[str, float] | None = None
     """With `--shard-by jobs`: median seconds of the split cycle's steps (`parts`, `accept`,
     `merge`, and `fallback`, the local cycle run when the parts left a pod pending), of the
@@ -76,8 +89,15 @@ class ShardedExecutor(Executor, Protocol):
     def close(self) -> None: ...
 
 
-def run_shape(name: str, repeat: int = 3, executor: Executor | None = None, shards: int = 1) -> BenchResult:
-    """Times `repeat` cycles, each on a freshly built shape, so no run sees another's leftovers.
+def run_shape(
+    name: str,
+    repeat: int = 3,
+    executor: Executor | None = None,
+    shards: int = 1,
+    same_snapshot: bool = False,
+) -> BenchResult:
+    """Times `repeat` cycles, each on a freshly built shape, so no run sees another's leftovers;
+    with `same_snapshot`, each over the one snapshot the first built (see `_Cycles`).
 
     Building the cluster and compiling its snapshot stay outside the timer:
     they stand in for the informer cache, which a real scheduler keeps warm.
@@ -85,15 +105,23 @@ def run_shape(name: str, repeat: int = 3, executor: Executor | None = None, shar
     """
     sizes = churn_sizes(name)
     if sizes is not None:
+        if same_snapshot:
+            raise ValueError(
+                f"{name}: churn shapes change their cluster every cycle; --same-snapshot does not apply"
+            )
         return _run_churn_shape(name, sizes, repeat, executor, shards)
-    cycles = _Cycles(executor, shards)
+    cycles = _Cycles(executor, shards, same_snapshot=same_snapshot)
     for _ in range(repeat):
         cycles.time_one(name)
     return cycles.result(name)
 
 
 def run_compare(
-    name: str, repeat: int, sharded: Callable[[int], ShardedExecutor], shards: int
+    name: str,
+    repeat: int,
+    sharded: Callable[[int], ShardedExecutor],
+    shards: int,
+    same_snapshot: bool = False,
 ) -> list[BenchResult]:
     """The local executor and the sharded one with 1 shard and with `shards`, on the same shape.
 
@@ -110,7 +138,10 @@ def run_compare(
     try:
         for count in counts:
             executors.append(sharded(count))
-        timed = [_Cycles(None, 1), *(_Cycles(e, c) for e, c in zip(executors, counts, strict=True))]
+        timed = [
+            _Cycles(None, 1, same_snapshot=same_snapshot),
+            *(_Cycles(e, c, same_snapshot=same_snapshot) for e, c in zip(executors, counts, strict=True)),
+        ]
         for _ in range(repeat):
             for cycles in timed:
                 cycles.time_one(name)
@@ -131,11 +162,11 @@ def run_compare(
     ]
 
 
-def run_split_shape(name: str, repeat: int, split: SplitCycles) -> BenchResult:
+def run_split_shape(name: str, repeat: int, split: SplitCycles, same_snapshot: bool = False) -> BenchResult:
     """`repeat` split cycles over `split.count` parts (see `run_split_compare` for the turns)."""
     if churn_sizes(name) is not None:
         raise ValueError(f"{name}: split cycles are timed on generated shapes, not churn shapes")
-    cycles = _Cycles(None, split.count, split)
+    cycles = _Cycles(None, split.count, split, same_snapshot=same_snapshot)
     try:
         for _ in range(repeat):
             cycles.time_one(name)
@@ -144,12 +175,17 @@ def run_split_shape(name: str, repeat: int, split: SplitCycles) -> BenchResult:
     return cycles.result(name)
 
 
-def run_split_compare(name: str, repeat: int, split: SplitCycles) -> list[BenchResult]:
+def run_split_compare(
+    name: str, repeat: int, split: SplitCycles, same_snapshot: bool = False
+) -> list[BenchResult]:
     """The local engine and split cycles over `split.count` parts on the same shape, cycles
     taking turns (as `run_compare`); the split result gets its median over the local one's."""
     if churn_sizes(name) is not None:
         raise ValueError(f"{name}: split cycles are timed on generated shapes, not churn shapes")
-    timed = [_Cycles(None, 1), _Cycles(None, split.count, split)]
+    timed = [
+        _Cycles(None, 1, same_snapshot=same_snapshot),
+        _Cycles(None, split.count, split, same_snapshot=same_snapshot),
+    ]
     try:
         for _ in range(repeat):
             for cycles in timed:
@@ -169,16 +205,33 @@ class _Cycles:
     shards: int
     split: SplitCycles | None = None
     """Split cycles instead of the engine's one session (`executor` is then None)."""
+    same_snapshot: bool = False
+    """Every cycle over the snapshot the first one compiled. A served scheduler's steady state:
+    the snapshot compiler hands back the same spec object for a pod that did not change, so what
+    the engine derives from a spec is worked out once, not every cycle. Without it every cycle
+    meets every spec for the first time, as a cluster made of new pods would."""
     runs: list[float] = field(default_factory=list)
     splits: list[CycleSplit] = field(default_factory=list)
     prepares: list[float] = field(default_factory=list)
+    openings: list[float] = field(default_factory=list)
+    """CPU seconds per cycle opening its session (not with split cycles)."""
+    actions: list[float] = field(default_factory=list)
+    """CPU seconds per cycle of its actions and its plan (not with split cycles)."""
+    kept: tuple[Snapshot, SchedulerConfig] | None = None
     placed: int = 0
     evicted: int = 0
 
-    def time_one(self, name: str) -> None:
+    def _input(self, name: str) -> tuple[Snapshot, SchedulerConfig]:
+        if self.kept is not None:
+            return self.kept
         shape = build_shape(name)
-        snapshot = compile_snapshot(shape.state)
-        config = shape.config
+        built = compile_snapshot(shape.state), shape.config
+        if self.same_snapshot:
+            self.kept = built
+        return built
+
+    def time_one(self, name: str) -> None:
+        snapshot, config = self._input(name)
         already = _timings_count(self.executor)
         if self.split is not None:
             started = time.perf_counter()
@@ -193,7 +246,12 @@ class _Cycles:
             if self.split is not None:
                 plan = self.split.schedule(snapshot, config)
             else:
-                plan = schedule(snapshot, config, self.executor)
+                cpu_started = time.process_time()
+                session = open_session(snapshot, config, self.executor)
+                opened = time.process_time()
+                plan = run_actions(session)
+                self.actions.append(time.process_time() - opened)
+                self.openings.append(opened - cpu_started)
             self.runs.append(time.perf_counter() - started)
         self.splits.append(split_cycle(self.runs[-1], _timings_since(self.executor, already)))
         self.placed = len(plan.binds) + len(plan.pipelined)
@@ -202,6 +260,7 @@ class _Cycles:
     def result(self, name: str) -> BenchResult:
         median = statistics.median(self.runs)
         split = median_split(self.splits)
+        cpu = self._cpu_medians()
         return BenchResult(
             shape=name,
             executor=self._executor_name(),
@@ -215,8 +274,21 @@ class _Cycles:
             sharding=_sharding(self.executor),
             time_split=split if self.split is None else None,
             projection=project({self.shards: split}) if self.split is None else None,
+            cpu_seconds=cpu,
+            against_kai=against_kai(name, cpu["actions_and_plan"], cpu["cycle"]) if cpu else None,
+            same_snapshot=self.same_snapshot,
             split_cycles=self._split_medians(),
         )
+
+    def _cpu_medians(self) -> dict[str, float] | None:
+        if not self.actions:
+            return None
+        cycles = [opening + actions for opening, actions in zip(self.openings, self.actions, strict=True)]
+        return {
+            "opening": statistics.median(self.openings),
+            "actions_and_plan": statistics.median(self.actions),
+            "cycle": statistics.median(cycles),
+        }
 
     def _executor_name(self) -> str:
         if self.split is not None:
