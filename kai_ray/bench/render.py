@@ -62,38 +62,41 @@ def _split_table(results: Sequence[BenchResult]) -> Table:
 
 
 def _notes(result: BenchResult, console: Console) -> None:
+    for line in _note_lines(result):
+        console.print(line, soft_wrap=True)
+
+
+def _note_lines(result: BenchResult) -> list[str]:
+    """One line per kind of detail the run has: CPU split, KAI's figure, projection, sharding."""
     label = result.executor if result.executor == "local" else f"{result.executor} x{result.shards}"
+    lines = []
     if result.cpu_seconds is not None:
         cpu = result.cpu_seconds
         over = "one snapshot, compiled once" if result.same_snapshot else "a shape built afresh each cycle"
-        console.print(
+        lines.append(
             f"{label} CPU per cycle (medians, ms; {over}): opening {cpu['opening'] * 1000:.3f}, "
-            f"actions + plan {cpu['actions_and_plan'] * 1000:.3f}, whole {cpu['cycle'] * 1000:.3f}",
-            soft_wrap=True,
+            f"actions + plan {cpu['actions_and_plan'] * 1000:.3f}, whole {cpu['cycle'] * 1000:.3f}"
         )
     if result.against_kai is not None:
         kai = result.against_kai
-        console.print(
+        lines.append(
             f"{label} against KAI's benchmark ({kai['kai_seconds_per_op'] * 1000:g} ms per op, its session "
             f"build and Execute; target {kai['target_seconds'] * 1000:g} ms): actions + plan "
-            f"x{kai['actions_and_plan_ratio']:.2f}, whole cycle x{kai['whole_cycle_ratio']:.2f}",
-            soft_wrap=True,
+            f"x{kai['actions_and_plan_ratio']:.2f}, whole cycle x{kai['whole_cycle_ratio']:.2f}"
         )
     if result.projection is not None:
-        console.print(f"{label} projection: {result.projection.basis}", soft_wrap=True)
+        lines.append(f"{label} projection: {result.projection.basis}")
     if result.sharding is not None:
         split = ", ".join(f"{key} {value:.3f}" for key, value in result.sharding.items())
-        console.print(f"{label} sharded batches (medians): {split}", soft_wrap=True)
+        lines.append(f"{label} sharded batches (medians): {split}")
     if result.split_cycles is not None:
         steps = ", ".join(f"{key} {value:.3f}" for key, value in result.split_cycles.items())
-        console.print(
-            f"{label} split cycle (medians; prepare_s is outside the cycle): {steps}", soft_wrap=True
-        )
+        lines.append(f"{label} split cycle (medians; prepare_s is outside the cycle): {steps}")
     if result.full_rebuild is not None:
         rebuilt = result.full_rebuild
-        console.print(
+        lines.append(
             f"rebuilt from the cache every cycle: median {rebuilt['median_cycle_seconds']:.3f} s "
             f"(kept models: x{rebuilt['ratio']:.2f} of that); watch events per cycle: "
-            f"{rebuilt['event_seconds']:.3f} s",
-            soft_wrap=True,
+            f"{rebuilt['event_seconds']:.3f} s"
         )
+    return lines
