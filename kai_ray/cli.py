@@ -647,8 +647,9 @@ def serve(
         Path | None,
         typer.Option(
             "--sim",
-            metavar="DIR",
-            help="No Kubernetes: schedule a simulated cluster made from the manifests in DIR.",
+            metavar="PATH",
+            help="No Kubernetes: schedule a simulated cluster made from the manifests in PATH (a file "
+            "or a directory, as `simulate` reads).",
         ),
     ] = None,
     sim_nodes: Annotated[
@@ -722,8 +723,8 @@ def _serve_simulated(
     if sim is not None and sim_nodes is not None:
         _fail(["give --sim or --sim-nodes, not both"])
     if sim is not None:
-        if not sim.is_dir():
-            _fail([f"--sim: {sim} is not a directory"])
+        if not sim.exists():
+            _fail([f"--sim: {sim} does not exist"])
         try:
             backend = SimBackend.from_directory(sim, grouper=prepare_manifests)
         except SimSourceError as exc:

@@ -358,6 +358,13 @@ def _workloads_table(workloads: Sequence[pb.Workload], title: str = "Workloads")
     return table
 
 
+def _constraint(constraint: pb.TopologyConstraint) -> str:
+    """`cluster-topology: required rack`, the levels given and nothing else."""
+    given = (("required", constraint.required_level), ("preferred", constraint.preferred_level))
+    levels = [f"{kind} {level}" for kind, level in given if level]
+    return f"{constraint.topology}: {', '.join(levels)}"
+
+
 def _workload_detail(w: pb.Workload) -> Group:
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
@@ -373,6 +380,8 @@ def _workload_detail(w: pb.Workload) -> Group:
         ("allocated", _resources(w.allocated) or "-"),
         ("pod groups", ", ".join(w.pod_groups) or "-"),
     ]
+    if w.HasField("topology"):
+        rows.append(("topology", _constraint(w.topology)))
     if w.reason or w.message:
         rows.append(("why", ": ".join(p for p in (w.reason, w.message) if p)))
     for name, value in rows:

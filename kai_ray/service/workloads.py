@@ -473,6 +473,15 @@ def derive(
         pods=len(pods),
     )
     out.pod_groups.extend(members.pod_groups)
+    constraint = first.spec.topology_constraint if first else None
+    if constraint is not None and constraint.topology:
+        out.topology.CopyFrom(
+            pb.TopologyConstraint(
+                topology=constraint.topology,
+                required_level=constraint.required_topology_level,
+                preferred_level=constraint.preferred_topology_level,
+            )
+        )
     min_gpu_memory = min_node_gpu_memory(view.all("Node"))
     requested: dict[str, float] = {}
     allocated: dict[str, float] = {}

@@ -175,7 +175,7 @@ class SubmitWorkloadResponse(_message.Message):
     def __init__(self, id: _Optional[str] = ..., workload: _Optional[_Union[Workload, _Mapping]] = ...) -> None: ...
 
 class Workload(_message.Message):
-    __slots__ = ("id", "namespace", "name", "queue", "priority_class", "priority", "preemptible", "state", "min_available", "pods", "pods_bound", "requested", "allocated", "reason", "message", "created", "last_transition", "pod_groups", "placements")
+    __slots__ = ("id", "namespace", "name", "queue", "priority_class", "priority", "preemptible", "state", "min_available", "pods", "pods_bound", "requested", "allocated", "reason", "message", "created", "last_transition", "pod_groups", "placements", "topology")
     class RequestedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +209,7 @@ class Workload(_message.Message):
     LAST_TRANSITION_FIELD_NUMBER: _ClassVar[int]
     POD_GROUPS_FIELD_NUMBER: _ClassVar[int]
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     id: str
     namespace: str
     name: str
@@ -228,7 +229,8 @@ class Workload(_message.Message):
     last_transition: _timestamp_pb2.Timestamp
     pod_groups: _containers.RepeatedScalarFieldContainer[str]
     placements: _containers.RepeatedCompositeFieldContainer[PodPlacement]
-    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., queue: _Optional[str] = ..., priority_class: _Optional[str] = ..., priority: _Optional[int] = ..., preemptible: _Optional[bool] = ..., state: _Optional[_Union[WorkloadState, str]] = ..., min_available: _Optional[int] = ..., pods: _Optional[int] = ..., pods_bound: _Optional[int] = ..., requested: _Optional[_Mapping[str, float]] = ..., allocated: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., created: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_transition: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pod_groups: _Optional[_Iterable[str]] = ..., placements: _Optional[_Iterable[_Union[PodPlacement, _Mapping]]] = ...) -> None: ...
+    topology: TopologyConstraint
+    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., queue: _Optional[str] = ..., priority_class: _Optional[str] = ..., priority: _Optional[int] = ..., preemptible: _Optional[bool] = ..., state: _Optional[_Union[WorkloadState, str]] = ..., min_available: _Optional[int] = ..., pods: _Optional[int] = ..., pods_bound: _Optional[int] = ..., requested: _Optional[_Mapping[str, float]] = ..., allocated: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., created: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_transition: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pod_groups: _Optional[_Iterable[str]] = ..., placements: _Optional[_Iterable[_Union[PodPlacement, _Mapping]]] = ..., topology: _Optional[_Union[TopologyConstraint, _Mapping]] = ...) -> None: ...
 
 class PodPlacement(_message.Message):
     __slots__ = ("pod", "node")

@@ -5,6 +5,7 @@ service: tables, parseable JSON, one-line errors naming the field, exit 2 for ba
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -300,6 +301,26 @@ def test_offline_queues_status_and_explain_on_quickstart() -> None:
     assert code == 0
     assert "team-b/too-big: PENDING" in out
     assert "gang: 5 required, 5 exist" in out
+
+
+@pytest.mark.unit
+def test_status_shows_a_workloads_topology_constraint_and_none_where_it_has_none() -> None:
+    """examples/topology's jobs ask for their rack by annotation; the podgrouper writes that into
+    the PodGroup, and the workload's answer carries it back. Its inference pods ask for none."""
+    topology = str(ROOT / "examples" / "topology")
+    code, out, _ = run("status", "ml/eval", "--manifests", topology)
+    assert code == 0
+    assert re.search(r"^topology +cluster-topology: required example\.com/rack *$", out, re.MULTILINE), out
+    code, out, _ = run("status", "ml/eval", "--manifests", topology, "--output", "json")
+    assert json.loads(out)["topology"] == {
+        "topology": "cluster-topology",
+        "required_level": "example.com/rack",
+        "preferred_level": "",
+    }
+    code, out, _ = run("status", "ml/inference-0", "--manifests", topology, "--output", "json")
+    assert code == 0 and "topology" not in json.loads(out)
+    code, out, _ = run("status", "ml/inference-0", "--manifests", topology)
+    assert "topology" not in out
 
 
 @pytest.mark.unit

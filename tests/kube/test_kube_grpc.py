@@ -268,6 +268,8 @@ def test_a_topology_constraint_reaches_the_pod_group_and_an_unknown_topology_is_
         )
         placed = pods(kube_api, ns)
         assert placed["together-0"].spec.node_name == placed["together-1"].spec.node_name
+        answered = workload(served, "together")
+        assert answered is not None and answered.topology == request.workload.topology
         missing = gpu_workload(ns, "apart", 1, 1)
         missing.workload.topology.topology = f"{ns}-nowhere"
         missing.workload.topology.preferred_level = "host"

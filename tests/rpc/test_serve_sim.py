@@ -123,6 +123,21 @@ def test_sim_directory_serves_the_manifests_workloads(tmp_path: Path, started: l
     assert server.stop() == 0
 
 
+def test_sim_file_serves_that_file_alone(tmp_path: Path, started: list[SimServer]) -> None:
+    """examples/topology/cluster.yaml without its directory's jobs: five nodes, queue `team` and
+    four running pods."""
+    cluster = QUICKSTART.parent / "topology" / "cluster.yaml"
+    server = SimServer(tmp_path, "--sim", str(cluster))
+    started.append(server)
+    with KaiRayClient(f"127.0.0.1:{server.port()}") as client:
+        assert "team" in {q.name for q in client.list_queues(pb.ListQueuesRequest()).queues}
+        assert len(client.get_cluster(pb.GetClusterRequest()).nodes) == 5
+        listed = client.list_workloads(pb.ListWorkloadsRequest(namespace="ml")).workloads
+        # Its four running pods, not the jobs of examples/topology/jobs.yaml beside it.
+        assert sorted(w.name for w in listed) == [f"inference-{i}" for i in range(4)]
+    assert server.stop() == 0
+
+
 def test_a_token_file_guards_every_call_but_health(tmp_path: Path, started: list[SimServer]) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text("s3cret-team-a team-a\n")

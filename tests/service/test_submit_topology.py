@@ -71,6 +71,15 @@ def test_a_workload_required_in_one_rack_lands_in_the_rack_with_room(
     placed = racks(backend, "ml")
     assert sorted(name for name in placed if name.startswith("train-")) == [f"train-w-{i}" for i in range(4)]
     assert {placed[f"train-w-{i}"] for i in range(4)} == {"rack-2"}
+    answered = service.get_workload(pb.GetWorkloadRequest(id="ml/train"), ANYONE)
+    assert answered.HasField("topology") and answered.topology == topology
+
+
+def test_a_workload_without_a_constraint_answers_with_none(service: SchedulerService) -> None:
+    workload = pb.WorkloadSpec(queue="team", pod_sets=[two_gpu_pods("w", 1)])
+    service.submit_workload(pb.SubmitWorkloadRequest(namespace="ml", name="free", workload=workload), ANYONE)
+    answered = service.get_workload(pb.GetWorkloadRequest(id="ml/free"), ANYONE)
+    assert answered.name == "free" and not answered.HasField("topology")
 
 
 def test_each_sub_group_keeps_to_one_rack_of_its_own(service: SchedulerService, backend: SimBackend) -> None:
@@ -93,6 +102,7 @@ def test_each_sub_group_keeps_to_one_rack_of_its_own(service: SchedulerService, 
     assert group.spec.sub_groups[0].topology_constraint is not None
     assert group.spec.sub_groups[0].topology_constraint.required_topology_level == "example.com/rack"
     assert group.spec.topology_constraint.topology == ""
+    assert not service.get_workload(pb.GetWorkloadRequest(id="ml/split"), ANYONE).HasField("topology")
     placed = racks(backend, "ml")
     for sub_group in ("a", "b"):
         pods = [f"split-{sub_group}-{i}" for i in range(2)]
