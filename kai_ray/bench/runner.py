@@ -57,8 +57,8 @@ class BenchResult:
     cpu_seconds: dict[str, float] | None = None
     """Median CPU seconds of this process per cycle (`time.process_time`, so another load on the
     machine counts less than in wall clock): `opening` (the session: fair shares, bookings),
-    `actions_and_plan`, and `cycle`, the two together. None for split cycles, whose parts run
-    elsewhere."""
+    `actions_and_plan`, and `cycle`, the two together. Local executor only: Ray shards and split
+    cycles' parts spend theirs in other processes."""
     against_kai: dict[str, float] | None = None
     """For a shape KAI benchmarks: its figure, the target and our CPU figures over it
     (`kai_reference.against_kai`)."""
@@ -250,8 +250,9 @@ class _Cycles:
                 session = open_session(snapshot, config, self.executor)
                 opened = time.process_time()
                 plan = run_actions(session)
-                self.actions.append(time.process_time() - opened)
-                self.openings.append(opened - cpu_started)
+                if self.executor is None:  # a Ray executor's shards spend CPU in other processes
+                    self.actions.append(time.process_time() - opened)
+                    self.openings.append(opened - cpu_started)
             self.runs.append(time.perf_counter() - started)
         self.splits.append(split_cycle(self.runs[-1], _timings_since(self.executor, already)))
         self.placed = len(plan.binds) + len(plan.pipelined)

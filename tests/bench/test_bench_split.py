@@ -72,6 +72,8 @@ def test_each_cycle_is_split_by_the_batches_it_made_not_by_earlier_ones() -> Non
     assert split.cycle_seconds == result.median_cycle_seconds
     assert result.projection is not None
     assert set(result.projection.cycle_seconds) == {1, 2, 4, 8}
+    # The shards' CPU is not this process's: no CPU split is claimed for a sharded executor.
+    assert result.cpu_seconds is None and result.against_kai is None
     document = result.as_json()
     split_json = document["time_split"]
     assert isinstance(split_json, dict)
