@@ -17,6 +17,7 @@ import enum
 import functools
 import inspect
 import json
+import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -724,17 +725,41 @@ def watch(
     console = terminal_console()
     follower: WorkloadFollower | None = None
     try:
-        with _connect(connection) as client:
+        with _connect(connection) as client, _interrupt_sets(stop):
             follower = client.follow_workloads(request, stop, reconnect_timeout=reconnect_timeout)
             for event in follower:
                 if output == Output.JSON:
                     typer.echo(json.dumps(_as_dict(event), sort_keys=True))
                 else:
                     console.print(_event_line(event), soft_wrap=True)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a second Ctrl-C, while the first one's stop is under way
         stop.set()
     if follower is not None and follower.resume_token and output == Output.TABLE:
         typer.echo(f"resume with: --resume {follower.resume_token}", err=True)
+
+
+@contextmanager
+def _interrupt_sets(stop: threading.Event) -> Iterator[None]:
+    """Ctrl-C sets ``stop`` instead of raising KeyboardInterrupt wherever the main thread happens
+    to be: inside gRPC's stream iteration that can leave the call's lock half taken and the
+    process hung on exit. The watch then cancels its stream and ends as `stop` asks. A second
+    Ctrl-C raises as usual (the first restores the previous handler). Only the main thread may
+    set a handler; elsewhere Ctrl-C is left as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    installed = signal.getsignal(signal.SIGINT)
+    previous = signal.default_int_handler if installed is None else installed
+
+    def interrupted(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, previous)
+        stop.set()
+
+    signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @_command()
