@@ -13,6 +13,7 @@ Nothing here sleeps to synchronise: waits are on conditions, each with a deadlin
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -124,6 +125,8 @@ class WatchProcess:
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,
+                # A hang is ended with SIGABRT, on which faulthandler writes every thread's stack.
+                env={**os.environ, "PYTHONFAULTHANDLER": "1"},
             )
         self.events = Collected()
         threading.Thread(target=self._read, name="test-watch-stdout", daemon=True).start()
@@ -139,15 +142,22 @@ class WatchProcess:
         return [(e["type"], e["workload"]["id"], e["workload"]["state"]) for e in events]
 
     def finish(self, interrupt: bool) -> tuple[int, str]:
-        """Its exit status and stderr, after Ctrl-C if ``interrupt``; killed if it hangs."""
+        """Its exit status and stderr, after Ctrl-C if ``interrupt``; if it hangs, aborted and its
+        threads' stacks reported."""
         if interrupt:
             self.proc.send_signal(signal.SIGINT)
         try:
             code = self.proc.wait(timeout=WAIT)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=WAIT)
-            raise
+            self.proc.send_signal(signal.SIGABRT)
+            try:
+                self.proc.wait(timeout=WAIT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=WAIT)
+            raise AssertionError(
+                f"kai-ray watch hung; its stderr:\n{self.stderr.read_text()[-8000:]}"
+            ) from None
         return code, self.stderr.read_text()
 
 
