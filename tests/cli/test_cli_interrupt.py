@@ -6,12 +6,24 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
 
 import pytest
 
 from kai_ray.cli_api import _interrupt_sets
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def plain_ctrl_c() -> Iterator[None]:
+    """Python's own SIGINT handler, as a fresh `kai-ray` process has: tests run earlier in the
+    session (Ray, servers) may have installed others."""
+    original = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, original)
 
 
 def test_ctrl_c_sets_stop_and_a_second_one_raises() -> None:
