@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.bench import kai_reference
 from kai_ray.bench.churn_objects import churn_sizes
-from kai_ray.bench.kai_reference import against_kai
 from kai_ray.bench.projection import (
     BatchTimes,
     CycleSplit,
@@ -59,9 +59,6 @@ class BenchResult:
     machine counts less than in wall clock): `opening` (the session: fair shares, bookings),
     `actions_and_plan`, and `cycle`, the two together. Local executor only: Ray shards and split
     cycles' parts spend theirs in other processes."""
-    against_kai: dict[str, float] | None = None
-    """For a shape KAI benchmarks: its figure, the target and our CPU figures over it
-    (`kai_reference.against_kai`)."""
     same_snapshot: bool = False
     """Whether every cycle ran over one snapshot compiled once (`--same-snapshot`), rather than
     over a shape built afresh for each."""
@@ -74,8 +71,18 @@ class BenchResult:
     `prepare_s` (bringing the parts' replicas to the snapshot, outside the timed cycle like
     compiling the snapshot), cycles by `SplitOutcome` (`cycles_split`, ...) and part faults."""
 
+    @property
+    def against_kai(self) -> dict[str, float] | None:
+        """For a shape KAI benchmarks: its figure, the target and our CPU figures over it
+        (`kai_reference.against_kai`); None without a CPU split or for other shapes."""
+        cpu = self.cpu_seconds
+        if cpu is None:
+            return None
+        return kai_reference.against_kai(self.shape, cpu["actions_and_plan"], cpu["cycle"])
+
     def as_json(self) -> dict[str, object]:
         document = asdict(self)
+        document["against_kai"] = self.against_kai
         document["time_split"] = self.time_split.as_json() if self.time_split else None
         del document["projection"]
         document["projected_cycle_seconds"] = self.projection.as_json() if self.projection else None
@@ -261,7 +268,6 @@ class _Cycles:
     def result(self, name: str) -> BenchResult:
         median = statistics.median(self.runs)
         split = median_split(self.splits)
-        cpu = self._cpu_medians()
         return BenchResult(
             shape=name,
             executor=self._executor_name(),
@@ -275,8 +281,7 @@ class _Cycles:
             sharding=_sharding(self.executor),
             time_split=split if self.split is None else None,
             projection=project({self.shards: split}) if self.split is None else None,
-            cpu_seconds=cpu,
-            against_kai=against_kai(name, cpu["actions_and_plan"], cpu["cycle"]) if cpu else None,
+            cpu_seconds=self._cpu_medians(),
             same_snapshot=self.same_snapshot,
             split_cycles=self._split_medians(),
         )
