@@ -18,6 +18,7 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "conformance"
 KAI_RAY = Path(sys.executable).parent / "kai-ray"
 
 MIN_PASS = {
+    "affinity": 0,
     "allocate": 13,
     "consolidation": 6,
     "elastic": 12,
@@ -27,10 +28,15 @@ MIN_PASS = {
     "integration-allocate": 12,
     "integration-consolidation": 6,
     "integration-deletion": 3,
+    "integration-dra": 2,
+    "integration-mig": 1,
+    "integration-numa": 0,
     "integration-preempt": 9,
     "integration-reclaim": 27,
     "integration-stalegangeviction": 1,
     "integration-topology": 3,
+    "mig": 1,
+    "numa": 0,
     "preempt": 5,
     "reclaim": 19,
     "reclaim-hierarchy": 4,

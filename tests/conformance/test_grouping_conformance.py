@@ -23,13 +23,17 @@ KAI_RAY = Path(sys.executable).parent / "kai-ray"
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed$", re.MULTILINE)
 
 MIN_PASS = {
+    "aml": 1,
     "cronjob": 1,
     "default": 24,
     "deployment": 1,
+    "grove": 13,
     "hub": 5,
     "jax": 4,
     "job": 5,
     "jobset": 11,
+    "karta": 2,
+    "knative": 5,
     "kubeflow": 3,
     "lws": 8,
     "mpi": 2,
@@ -37,6 +41,7 @@ MIN_PASS = {
     "podjob": 8,
     "pytorch": 15,
     "ray": 6,
+    "runaijob": 3,
     "skiptopowner": 2,
     "tensorflow": 10,
     "xgboost": 10,
