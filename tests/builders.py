@@ -30,6 +30,7 @@ from kai_ray.model.objects import (
     AffinityRequirement,
     ClusterState,
     JobSpec,
+    NodeSelectorTerm,
     NodeSpec,
     PodSetSpec,
     QueueSpec,
@@ -218,7 +219,7 @@ class ClusterBuilder:
             "cpu_millis": cpu_millis,
             "memory": memory,
             "node_selector": dict(node_selector or {}),
-            "node_affinity": tuple(node_affinity),
+            "node_affinity": (NodeSelectorTerm(expressions=tuple(node_affinity)),) if node_affinity else (),
             "tolerations": tuple(tolerations),
         }
         self._jobs.append(_JobDraft(spec, min_member, subgroups is not None, template, topology))

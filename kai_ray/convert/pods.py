@@ -24,10 +24,18 @@ from kai_ray.api.constants import (
     TASK_PRIORITY_LABEL,
 )
 from kai_ray.api.core import Container, PodSpec
+from kai_ray.api.core import NodeSelectorTerm as ApiNodeSelectorTerm
 from kai_ray.api.quantity import QuantityError
 from kai_ray.convert.common import Invalid, annotation_field, created, epoch, label_field
 from kai_ray.identity_cache import IdentityCache
-from kai_ray.model.objects import AffinityRequirement, TaskSpec, TaskStatus, Toleration
+from kai_ray.model.objects import (
+    AffinityRequirement,
+    NodeSelectorTerm,
+    NodeSelectorTerms,
+    TaskSpec,
+    TaskStatus,
+    Toleration,
+)
 
 STUCK_IN_RELEASING_SECONDS = 120.0
 """A Running pod deleted longer ago than this is StuckInReleasing (KAI's default threshold)."""
@@ -240,20 +248,29 @@ def _task_priority(labels: dict[str, str]) -> int | None:
         raise Invalid(label_field(TASK_PRIORITY_LABEL), f"must be an integer, got {text!r}") from None
 
 
-def node_affinity(spec: PodSpec) -> tuple[AffinityRequirement, ...]:
-    """Required node-affinity expressions; a single term only, since the engine ANDs expressions."""
+def node_affinity(spec: PodSpec) -> NodeSelectorTerms:
+    """Required node affinity: every term (ORed), each with its expressions and fields (ANDed).
+
+    Kubernetes allows `matchFields` on `metadata.name` only; another field is refused, naming it.
+    """
     affinity = spec.affinity.node_affinity if spec.affinity else None
     required = affinity.required_during_scheduling_ignored_during_execution if affinity else None
     terms = required.node_selector_terms if required else []
-    if not terms:
-        return ()
-    if len(terms) > 1:
-        raise Invalid(_REQUIRED_TERMS, f"only one term is supported (terms are ORed), got {len(terms)}")
-    if terms[0].match_fields:
-        raise Invalid(
-            f"{_REQUIRED_TERMS}[0].matchFields", "matchFields is not supported; use matchExpressions"
-        )
-    return tuple(AffinityRequirement(e.key, e.operator, tuple(e.values)) for e in terms[0].match_expressions)
+    return tuple(_selector_term(term, f"{_REQUIRED_TERMS}[{i}]") for i, term in enumerate(terms))
+
+
+def _selector_term(term: ApiNodeSelectorTerm, path: str) -> NodeSelectorTerm:
+    for j, expression in enumerate(term.match_fields):
+        if expression.key != "metadata.name":
+            raise Invalid(
+                f"{path}.matchFields[{j}].key", f"only metadata.name is supported, got {expression.key!r}"
+            )
+    return NodeSelectorTerm(
+        expressions=tuple(
+            AffinityRequirement(e.key, e.operator, tuple(e.values)) for e in term.match_expressions
+        ),
+        fields=tuple(AffinityRequirement(e.key, e.operator, tuple(e.values)) for e in term.match_fields),
+    )
 
 
 def task_status(pod: Pod, context: PodContext) -> tuple[TaskStatus, str | None]:

@@ -119,11 +119,125 @@ class Toleration:
 
 @dataclass(frozen=True)
 class AffinityRequirement:
-    """One required node-affinity match expression (all of a task's are ANDed)."""
+    """One node-selector requirement: a label (or, in `NodeSelectorTerm.fields`, a field) with an
+    operator (In, NotIn, Exists, DoesNotExist, Gt, Lt) and its values."""
 
     key: str
     operator: str
     values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeSelectorTerm:
+    """One `nodeSelectorTerms` entry: its expressions (on labels) and fields (only `metadata.name`)
+    are ANDed. A term with neither matches no node, as in Kubernetes."""
+
+    expressions: tuple[AffinityRequirement, ...] = ()
+    fields: tuple[AffinityRequirement, ...] = ()
+
+
+NodeSelectorTerms = tuple[NodeSelectorTerm, ...]
+"""A required node selector: its terms are ORed. Empty = no requirement."""
+
+
+@dataclass(frozen=True)
+class PreferredNodeTerm:
+    """A preferred node-affinity term: nodes it matches score its weight (1-100)."""
+
+    weight: int
+    term: NodeSelectorTerm
+
+
+@dataclass(frozen=True)
+class LabelRequirement:
+    """A label selector's `matchExpressions` entry (In, NotIn, Exists, DoesNotExist)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """A Kubernetes label selector: `matchLabels` and `matchExpressions`, all ANDed. An empty one
+    selects every object; an absent one (None where a selector is optional) selects none."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    expressions: tuple[LabelRequirement, ...] = ()
+
+
+@dataclass(frozen=True)
+class PodAffinityTerm:
+    """One inter-pod (anti-)affinity term, namespaces already resolved by the backend.
+
+    `selector` None selects no pod. `namespaces` None means every namespace (an empty
+    `namespaceSelector`); otherwise the namespaces the term's pods may be in (the pod's own when
+    the term names neither `namespaces` nor a `namespaceSelector`). `matchLabelKeys` and
+    `mismatchLabelKeys` are already folded into `selector`, as the API server folds them.
+    `weight` is set on preferred terms only.
+    """
+
+    topology_key: str
+    selector: LabelSelector | None
+    namespaces: frozenset[str] | None
+    weight: int = 0
+
+
+@dataclass(frozen=True)
+class PodAffinitySpec:
+    """`spec.affinity.podAffinity` and `podAntiAffinity` of a pod."""
+
+    required: tuple[PodAffinityTerm, ...] = ()
+    required_anti: tuple[PodAffinityTerm, ...] = ()
+    preferred: tuple[PodAffinityTerm, ...] = ()
+    preferred_anti: tuple[PodAffinityTerm, ...] = ()
+
+
+@dataclass(frozen=True)
+class SpreadConstraint:
+    """One `topologySpreadConstraints` entry; `matchLabelKeys` already folded into `selector`.
+
+    `hard` is `whenUnsatisfiable: DoNotSchedule` (a filter); otherwise a score.
+    `honor_node_affinity` / `honor_node_taints` are `nodeAffinityPolicy` / `nodeTaintsPolicy`
+    (Honor: only nodes the pod's node affinity / tolerations admit count as domains).
+    """
+
+    max_skew: int
+    topology_key: str
+    selector: LabelSelector | None
+    hard: bool = True
+    min_domains: int | None = None
+    honor_node_affinity: bool = True
+    honor_node_taints: bool = False
+
+
+@dataclass(frozen=True)
+class HostPort:
+    """A container port bound on the node: (host IP, protocol, port) conflict rules of the
+    kubelet; an empty host IP (or 0.0.0.0) means every address."""
+
+    port: int
+    protocol: str = "TCP"
+    host_ip: str = ""
+
+
+class BlockerCause(enum.StrEnum):
+    """Why a pod may not be placed anywhere yet, whatever the nodes: it waits for an object."""
+
+    CLAIM_MISSING = "PersistentVolumeClaimMissing"
+    CLAIM_UNBOUND = "PersistentVolumeClaimUnbound"
+    STORAGE_CLASS_MISSING = "StorageClassMissing"
+    VOLUME_MISSING = "PersistentVolumeMissing"
+    CONFIG_MAP_MISSING = "ConfigMapMissing"
+    INVALID_CONSTRAINT = "InvalidConstraint"
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """A typed reason the pod waits (`cause`) and its words for people, naming the object."""
+
+    cause: BlockerCause
+    message: str
 
 
 @dataclass(frozen=True)
@@ -139,6 +253,9 @@ class NodeSpec:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     ready: bool = True
+    extended: dict[str, float] = field(default_factory=dict)
+    """Allocatable of every resource other than cpu, memory, nvidia.com/gpu and pods (extended
+    resources, hugepages-*, ephemeral-storage, MIG profiles), in the API's units."""
 
 
 @dataclass
@@ -155,12 +272,35 @@ class TaskSpec:
     gpu_memory_mib: int = 0
     gpu_groups: tuple[str, ...] = ()
     subgroup: str = "default"
-    node_affinity: tuple[AffinityRequirement, ...] = ()
+    node_affinity: NodeSelectorTerms = ()
+    """Required node affinity: terms ORed (empty: none)."""
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     task_priority: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
     created: float = 0.0
+    preferred_node_affinity: tuple[PreferredNodeTerm, ...] = ()
+    volume_node_affinity: tuple[NodeSelectorTerms, ...] = ()
+    """Node selectors its volumes impose (a bound PV's node affinity, a delayed claim's class's
+    allowed topologies): each must hold, as `node_affinity` does."""
+    pod_affinity: PodAffinitySpec | None = None
+    spread: tuple[SpreadConstraint, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+    extended: tuple[tuple[str, float], ...] = ()
+    """Requests of resources other than cpu, memory, nvidia.com/gpu and pods, sorted by name:
+    they must fit the node's `NodeSpec.extended` but charge no queue (KAI's fairness is over
+    GPU, CPU and memory)."""
+    blockers: tuple[Blocker, ...] = ()
+    """Objects it waits for (a volume claim, a ConfigMap): no node is tried while any is set."""
+    delayed_claims: tuple[str, ...] = ()
+    """Unbound `WaitForFirstConsumer` claims (names, in the job's namespace): on bind each is
+    annotated with the selected node, as kube-scheduler's VolumeBinding does."""
+
+    @property
+    def has_pod_constraints(self) -> bool:
+        """Whether placing it reads what other pods hold (the session's pod index) or resources
+        outside the node vector: such a pod takes the constraint-aware path."""
+        return bool(self.pod_affinity or self.spread or self.host_ports or self.extended)
 
     @property
     def is_shared_gpu(self) -> bool:

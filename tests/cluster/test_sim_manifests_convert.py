@@ -11,6 +11,7 @@ from manifest_builders import base, convert, node, pod, podgroup, queue
 from kai_ray.model.objects import (
     AffinityRequirement,
     JobSpec,
+    NodeSelectorTerm,
     PodSetSpec,
     ResourceQuota,
     SubGroupSetSpec,
@@ -108,7 +109,9 @@ def test_placement_constraints_are_carried() -> None:
     task = only_task(
         pod("p", labels=labels, affinity=affinity, nodeSelector={"pool": "x"}, tolerations=[toleration])
     )
-    assert task.node_affinity == (AffinityRequirement("zone", "In", ("a", "b")),)
+    assert task.node_affinity == (
+        NodeSelectorTerm(expressions=(AffinityRequirement("zone", "In", ("a", "b")),)),
+    )
     assert task.node_selector == {"pool": "x"}
     assert task.tolerations == (Toleration("gpu", "Exists", "", "NoSchedule"),)
     assert task.task_priority == 3

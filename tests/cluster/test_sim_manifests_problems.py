@@ -125,14 +125,17 @@ def annotated(**annotations: str) -> dict[str, Any]:
                     affinity={
                         "nodeAffinity": {
                             "requiredDuringSchedulingIgnoredDuringExecution": {
-                                "nodeSelectorTerms": [{"matchExpressions": []}, {"matchExpressions": []}]
+                                "nodeSelectorTerms": [
+                                    {"matchExpressions": []},
+                                    {"matchFields": [{"key": "spec.unschedulable", "operator": "Exists"}]},
+                                ]
                             }
                         }
                     },
                 )
             ],
             f"{POD}: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-            ".nodeSelectorTerms: only one term is supported (terms are ORed), got 2",
+            ".nodeSelectorTerms[1].matchFields[0].key: only metadata.name is supported, got 'spec.unschedulable'",
         ),
     ],
 )

@@ -19,6 +19,8 @@ from kai_ray.model.objects import (
     AffinityRequirement,
     ClusterState,
     JobSpec,
+    NodeSelectorTerm,
+    NodeSelectorTerms,
     NodeSpec,
     PodSetSpec,
     QueueSpec,
@@ -252,9 +254,16 @@ def _task(raw: dict[str, Any]) -> TaskSpec:
         gpu_memory_mib=int(raw["gpuMemoryMiB"]),
         gpu_groups=tuple(str(g) for g in raw["gpuGroups"]),
         subgroup=str(raw.get("subGroup", "default")),
-        node_affinity=tuple(
-            AffinityRequirement(t["key"], t["operator"], tuple(str(v) for v in t["values"]))
-            for t in raw.get("nodeAffinity") or []
-        ),
+        node_affinity=_node_affinity(raw.get("nodeAffinity") or []),
         task_priority=raw.get("taskPriority"),
     )
+
+
+def _node_affinity(expressions: list[dict[str, Any]]) -> NodeSelectorTerms:
+    """The format's `nodeAffinity` is one term's expressions (ANDed)."""
+    if not expressions:
+        return ()
+    requirements = tuple(
+        AffinityRequirement(t["key"], t["operator"], tuple(str(v) for v in t["values"])) for t in expressions
+    )
+    return (NodeSelectorTerm(expressions=requirements),)

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, kubectl, etcd and (optionally) kwok from their published Go modules
-# into a cache directory OUTSIDE the repository, once; later runs reuse it. Prints the bin dir
-# on stdout (last line); progress goes to stderr.
+# Build kube-apiserver, kube-controller-manager, kubectl, etcd and (optionally) kwok from their
+# published Go modules into a cache directory OUTSIDE the repository, once; later runs reuse it.
+# Prints the bin dir on stdout (last line); progress goes to stderr.
 #
 # Why: kai-ray's Kubernetes tests run against a real kube-apiserver + etcd on loopback and no
 # package registry ships those binaries. See ../shared/design/real-apiserver.md. kubectl comes
 # from the same k8s.io/kubernetes module (the apiserver wrapper's second `tool` line): the test
 # that runs docs/install.md word for word needs one, and a fresh machine may have none.
+# kube-controller-manager too (the third `tool` line): devcluster runs a few of its controllers
+# (Deployment, ReplicaSet, Job, garbage collector, PV binder, ...) so workloads get pods as on
+# a real cluster; see control_plane.py for which ones and why.
 #
 # Reproducible path: the wrapper modules kai_ray/devcluster/toolchain/apiserver and kai_ray/devcluster/toolchain/etcd pin every
 # dependency (go.mod + go.sum with a `tool` line); we only `go build -mod=readonly` there.
@@ -57,6 +60,7 @@ regen_apiserver_mod() {  # DIR
     done
     go get -tool k8s.io/kubernetes/cmd/kube-apiserver@v"$K8S_VERSION"
     go get -tool k8s.io/kubernetes/cmd/kubectl@v"$K8S_VERSION"
+    go get -tool k8s.io/kubernetes/cmd/kube-controller-manager@v"$K8S_VERSION"
     go mod tidy   # keeps go.mod (the tool line pins it); completes go.sum so tidy is a no-op later
   )
 }
@@ -77,7 +81,9 @@ fi
 mkdir -p "$BIN" "$WORK"
 lock_cache "$CACHE"
 
-if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kubectl" ]; then
+# Each binary is checked on its own: a cache dir made before kube-controller-manager joined the
+# list gets just that one built.
+if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kubectl" ] || [ ! -x "$BIN/kube-controller-manager" ]; then
   d=$HERE/apiserver
   if ! pinned "$d" k8s.io/kubernetes "$K8S_VERSION"; then
     d=$WORK/apiserver-$K8S_VERSION
@@ -102,6 +108,14 @@ if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kubectl" ]; then
     (cd "$d" && timed kubectl go build -mod=readonly -trimpath -ldflags "$ld" \
         -o "$BIN/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
     mv "$BIN/kubectl.tmp" "$BIN/kubectl"
+  fi
+  if [ ! -x "$BIN/kube-controller-manager" ]; then
+    # Shares the apiserver's and client-go's packages; its own are the controllers and the
+    # volume plugins they import.
+    log "building kube-controller-manager v$K8S_VERSION"
+    (cd "$d" && timed kube-controller-manager go build -mod=readonly -trimpath -tags=notest,grpcnotrace \
+        -ldflags "$ld" -o "$BIN/kube-controller-manager.tmp" k8s.io/kubernetes/cmd/kube-controller-manager)
+    mv "$BIN/kube-controller-manager.tmp" "$BIN/kube-controller-manager"
   fi
 fi
 
