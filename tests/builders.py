@@ -109,6 +109,7 @@ class ClusterBuilder:
         taints: Iterable[Taint] = (),
         unschedulable: bool = False,
         ready: bool = True,
+        extended: dict[str, float] | None = None,
     ) -> ClusterBuilder:
         self._nodes.append(
             NodeSpec(
@@ -123,6 +124,7 @@ class ClusterBuilder:
                 taints=tuple(taints),
                 unschedulable=unschedulable,
                 ready=ready,
+                extended=dict(extended or {}),
             )
         )
         return self

@@ -320,10 +320,13 @@ class JobFacts:
     per pod spec, reached from the job in one attribute read (`Job.facts`): every allocate asks
     them of every job it attempts, and an identity-cache lookup each cost more than the answer."""
 
-    __slots__ = ("names_topology", "standing_order_key")
+    __slots__ = ("names_topology", "pod_constraints", "standing_order_key")
 
     def __init__(self, spec: JobSpec) -> None:
         self.names_topology = names_topology(spec.subgroups)
+        self.pod_constraints = any(task.has_pod_constraints for task in spec.tasks)
+        """Whether a pod of it carries a rule that reads other pods or extended resources (a
+        session without any such pod builds no pod index)."""
         """Whether a (sub)group of its tree names a topology (the topology plugin's
         `splits_nodes`)."""
         self.standing_order_key: tuple[object, tuple[float | str, ...]] | None = None

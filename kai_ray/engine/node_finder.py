@@ -68,7 +68,12 @@ def shape_key(request: tuple[float, ...], needs_gpu: bool, spec: TaskSpec) -> Sh
     return (
         request,
         needs_gpu,
-        (tuple(sorted(spec.node_selector.items())), spec.node_affinity, spec.tolerations),
+        (
+            tuple(sorted(spec.node_selector.items())),
+            spec.node_affinity,
+            spec.volume_node_affinity,
+            spec.tolerations,
+        ),
         spec.gpu,
         spec.gpu_memory_mib,
         spec.gpu_devices,

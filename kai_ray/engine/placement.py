@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kai_ray.engine.constraints import Verdict
 from kai_ray.engine.jobs import RequestFloats, Task
 from kai_ray.engine.node_finder import score_rows
 from kai_ray.engine.nodes import GpuGroup
@@ -36,28 +37,45 @@ def place_task(
     pipeline_only: bool,
     bonus: np.ndarray | None = None,
 ) -> str | None:
-    """`bonus`: extra score per node row (a topology plugin's ordering inside the chosen domain)."""
+    """`bonus`: extra score per node row (a topology plugin's ordering inside the chosen domain).
+
+    A pod that a rule reading other pods concerns (`PodConstraints.verdict`) has the rows the rule
+    admits ANDed into the mask and its preferences added to the bonus, so it is ranked by a scan as
+    a masked pod is, the same way by every executor."""
     for plugin in session.hooked["pre_predicate"]:
         reason = plugin.pre_predicate(task)
         if reason:
             return reason
+    domain_mask = node_mask
+    verdict = None
+    constraints = session.pod_constraints
+    if constraints is not None:
+        verdict = constraints.verdict(task)
+        if verdict is not None:
+            node_mask = verdict.admits if node_mask is None else node_mask & verdict.admits
+            if verdict.bonus is not None:
+                bonus = verdict.bonus if bonus is None else bonus + verdict.bonus
     if task.is_shared_gpu:
         ranked = _ranked_rows(session, task, node_mask, bonus)
         first = next(ranked, None)
         if first is None:
-            return _no_node_fits(session, task, node_mask)
-        return _place_shared(session, statement, task, first, ranked, pipeline_only)
+            return _no_node_fits(session, task, domain_mask)
+        return _place_shared(session, statement, task, first, ranked, pipeline_only, verdict)
     if node_mask is None and bonus is None:
         best = session.node_finder.best(task)
     else:
         best = next(_scanned_rows(session, task, node_mask, bonus), None)
     if best is None:
-        return _no_node_fits(session, task, node_mask)
+        return _no_node_fits(session, task, domain_mask)
     if session.predicates_enabled:
         reason = _node_capacity_problem(session, task, task.spec.gpu)
         if reason:
             return reason
-    if not pipeline_only and _starts_now(task.facts.request_floats, session.nodes.idle_rows[best]):
+    if (
+        not pipeline_only
+        and _starts_now(task.facts.request_floats, session.nodes.idle_rows[best])
+        and (verdict is None or verdict.starts_now(best))
+    ):
         statement.allocate(task, best)
     else:
         statement.pipeline(task, best)
@@ -146,6 +164,11 @@ def _filtered_nodes(
 def _why_no_node_fits(session: Session, task: Task, node_mask: np.ndarray | None) -> list[str]:
     """Only worked out for a failure, so placing a pod never pays for explaining one."""
     candidates, why_not = _filtered_nodes(session, task, node_mask)
+    constraints = session.pod_constraints
+    verdict = None if constraints is None else constraints.verdict(task)
+    if constraints is not None and verdict is not None:
+        why_not.extend(str(refusal) for refusal in constraints.refusals(task))
+        candidates &= verdict.admits
     short = candidates & ~session.fits_with_releasing(task)
     if short.any():
         why_not.append(f"{int(np.count_nonzero(short))} lack free {_missing_resources(session, task, short)}")
@@ -169,6 +192,7 @@ def _place_shared(
     first: int,
     rest: Generator[int, None, None],
     pipeline_only: bool,
+    verdict: Verdict | None = None,
 ) -> str | None:
     """Walk rows best first until one has GPUs the task can share (§17)."""
     row = first
@@ -180,7 +204,8 @@ def _place_shared(
         row, choice = next_row, choose_devices(session, task, next_row)
     rest.close()
     non_gpu_idle = np.delete(task.request <= session.nodes.idle[row] + EPSILON, GPU).all()
-    if choice.waits_for_release or not non_gpu_idle or pipeline_only:
+    waits = verdict is not None and not verdict.starts_now(row)
+    if choice.waits_for_release or not non_gpu_idle or pipeline_only or waits:
         statement.pipeline(task, row, choice.groups)
     else:
         statement.allocate(task, row, choice.groups)

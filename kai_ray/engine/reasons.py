@@ -18,6 +18,8 @@ __all__ = [
     "SPECIFIC_CAUSES",
     "EvictionCause",
     "EvictionReason",
+    "NodeFilterCause",
+    "NodeRefusal",
     "PendingCause",
     "PendingReason",
     "main_cause",
@@ -110,6 +112,34 @@ SPECIFIC_CAUSES = frozenset(
     }
 )
 """Causes that say more than "it did not fit": when several actions explain a job, these win."""
+
+
+class NodeFilterCause(enum.StrEnum):
+    """Why a node refuses a pod, named as kube-scheduler's filter plugin (or KAI's predicate) that
+    refuses it, so explanations, Events and the gRPC API can count nodes per cause."""
+
+    UNSCHEDULABLE = "NodeUnschedulable"
+    NODE_AFFINITY = "NodeAffinity"
+    TAINTS = "TaintToleration"
+    GPU_MEMORY_UNKNOWN = "GpuMemoryNotPublished"
+    POD_AFFINITY = "InterPodAffinity"
+    POD_ANTI_AFFINITY = "InterPodAntiAffinity"
+    EXISTING_ANTI_AFFINITY = "ExistingPodsAntiAffinity"
+    SPREAD = "PodTopologySpread"
+    HOST_PORTS = "NodePorts"
+    INSUFFICIENT_RESOURCES = "NodeResourcesFit"
+
+
+@dataclass(frozen=True)
+class NodeRefusal:
+    """How many nodes one cause refuses a pod, and what to tell a person."""
+
+    cause: NodeFilterCause
+    nodes: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.nodes} nodes: {self.message}" if self.nodes != 1 else f"1 node: {self.message}"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import numpy as np
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.distributed.executor import Executor, LocalExecutor
+from kai_ray.engine.constraints import PodConstraints, needs_pod_constraints
 from kai_ray.engine.job_pool import JobPool
 from kai_ray.engine.jobs import Job, OrderableJob, PodSet, SubGroupSet, Task
 from kai_ray.engine.node_finder import NodeFinder
@@ -108,6 +109,9 @@ class Session:
         self.gang_tasks: dict[Job, tuple[int, list[Task]]] = {}
         """Job → (its `job_move_counts` then, the tasks `gang.tasks_to_allocate` found): see there."""
         self.simulating = False
+        self._constraints: PodConstraints | None = None
+        """The pod index and its rules, once a placement asked (`pod_constraints`)."""
+        self._constraints_known = False
         self._in_session = False
         self._plugins_open = False
         self.min_gpu_memory, self.max_gpu_memory = (
@@ -215,6 +219,18 @@ class Session:
             self._pending.pop(job, None)
         if status is ALLOCATED or status is PIPELINED:
             self.placed_by[task.uid] = self.current_action
+        if self._constraints is not None:
+            self._constraints.moved(task)
+
+    @property
+    def pod_constraints(self) -> PodConstraints | None:
+        """The rules that read what other pods hold, None when no pod of the snapshot has one.
+        Built from the session's state on the first ask and kept current by `move_task` after."""
+        if not self._constraints_known:
+            self._constraints_known = True
+            if needs_pod_constraints(self):
+                self._constraints = PodConstraints(self)
+        return self._constraints
 
     def credit_placement(self, task: Task, action: str | None) -> None:
         """Credit the task's placement to `action` (None: to no action of this session)."""

@@ -300,7 +300,13 @@ class TaskSpec:
     def has_pod_constraints(self) -> bool:
         """Whether placing it reads what other pods hold (the session's pod index) or resources
         outside the node vector: such a pod takes the constraint-aware path."""
-        return bool(self.pod_affinity or self.spread or self.host_ports or self.extended)
+        return bool(
+            self.pod_affinity
+            or self.spread
+            or self.host_ports
+            or self.extended
+            or self.preferred_node_affinity
+        )
 
     @property
     def is_shared_gpu(self) -> bool:

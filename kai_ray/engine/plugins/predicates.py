@@ -30,6 +30,9 @@ class PredicatesPlugin(Plugin):
         self._too_big = memo.too_big
 
     def pre_predicate(self, task: Task) -> str | None:
+        blockers = task.spec.blockers
+        if blockers:
+            return f"pod {task.name}: " + "; ".join(blocker.message for blocker in blockers)
         request = task.request.tobytes()
         too_big = self._too_big.get(request)
         if too_big is None:
@@ -89,6 +92,7 @@ table_memo: IdentityCache[NodeTable, TableMemo] = IdentityCache(TableMemo)
 def _signature(spec: TaskSpec) -> SignatureKey:
     return (
         spec.node_affinity,
+        spec.volume_node_affinity,
         tuple(sorted(spec.node_selector.items())),
         spec.tolerations,
         spec.gpu_memory_mib > 0,

@@ -1,0 +1,173 @@
+"""A session's view of the rules that read other pods: one verdict per pod placement.
+
+Made only for a session whose snapshot has a pod with such a rule (`needs_pod_constraints`), so
+a cluster without any pays nothing; every other pod then still takes the node finder's fast path
+unless an anti-affinity of a pod on a node selects it (the rule is symmetric).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kai_ray.engine.constraints import rules
+from kai_ray.engine.constraints.index import Member, PodIndex, presence_of
+from kai_ray.engine.constraints.rules import PodView, RuleOutcome
+from kai_ray.engine.jobs import Task
+from kai_ray.engine.reasons import NodeRefusal
+from kai_ray.model.objects import OCCUPYING, RELEASING, PodAffinityTerm, TaskStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kai_ray.engine.session import Session
+
+_GOING = frozenset({RELEASING, TaskStatus.STUCK_IN_RELEASING})
+
+
+def needs_pod_constraints(session: Session) -> bool:
+    """Whether a pod of the snapshot, ours or held, carries a rule the index serves."""
+    if any(job.facts.pod_constraints for job in session.jobs):
+        return True
+    return any(held.task.has_pod_constraints for held in session.snapshot.held)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Rows the pod may go to under these rules, a bonus per row for its preferences, and the rows
+    where it may only wait (a going pod still holds a port or resource it needs)."""
+
+    admits: np.ndarray
+    bonus: np.ndarray | None
+    waits: np.ndarray | None
+
+    def starts_now(self, row: int) -> bool:
+        return self.waits is None or not bool(self.waits[row])
+
+
+class PodConstraints:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.facts = rules.node_facts(session.nodes.table)
+        self.index = PodIndex(session.nodes.table, self._members())
+        self.checks_predicates = session.predicates_enabled
+        """KAI runs Kubernetes' filters (affinity, spread, ports) in its `predicates` plugin; the
+        extended-resource fit is node fit, checked always."""
+        self._selects: dict[tuple[PodAffinityTerm, int, str], bool] = {}
+
+    def _members(self) -> Iterator[Member]:
+        session = self.session
+        for job in session.jobs:
+            namespace = job.spec.namespace
+            for task in job.tasks:
+                if task.node is None:
+                    continue
+                presence = presence_of(task.status, self._evicted_here(task))
+                if presence is not None:
+                    yield Member(task.uid, task.node, task.spec, namespace, presence)
+        index = session.nodes.table.index
+        for offset, held in enumerate(session.snapshot.held):
+            spec = held.task
+            if spec.node is not None and spec.status in OCCUPYING:
+                presence = presence_of(spec.status, False)
+                if presence is not None:
+                    yield Member(-1 - offset, index[spec.node], spec, held.namespace, presence)
+
+    def _evicted_here(self, task: Task) -> bool:
+        """Releasing because this session evicted it (not in the snapshot's own releasing)."""
+        if task.status not in _GOING:
+            return False
+        at_open = self.session.placed_at_open.get(task.uid)
+        return at_open is not None and at_open[0] not in _GOING
+
+    def moved(self, task: Task) -> None:
+        """Keep the index as the session's primitive left the task (`Session.move_task`)."""
+        if task.node is None:
+            self.index.remove(task.uid)
+            return
+        presence = presence_of(task.status, self._evicted_here(task))
+        if presence is None:
+            self.index.remove(task.uid)
+        else:
+            self.index.place(Member(task.uid, task.node, task.spec, task.job.spec.namespace, presence))
+
+    def verdict(self, task: Task) -> Verdict | None:
+        """None when no rule here concerns the pod (the node finder's fast path serves it)."""
+        pod = PodView(task.spec, task.job.spec.namespace)
+        selecting = self._selecting(pod, task.uid)
+        if not (pod.spec.has_pod_constraints or selecting):
+            return None
+        outcomes, waits = self._outcomes(pod, selecting)
+        admits = np.ones(len(self.facts.table), dtype=bool)
+        for outcome in outcomes:
+            admits &= outcome.admits
+        bonus = rules.preference_bonus(self.index, self.facts, pod) if self.checks_predicates else None
+        return Verdict(admits, bonus, waits)
+
+    def refusals(self, task: Task) -> list[NodeRefusal]:
+        """Each rule's refused nodes, counted on its own over all nodes: for explanations."""
+        pod = PodView(task.spec, task.job.spec.namespace)
+        outcomes, _ = self._outcomes(pod, self._selecting(pod, task.uid))
+        counted: dict[tuple[object, str], int] = {}
+        for outcome in outcomes:
+            refused = int(np.count_nonzero(~outcome.admits))
+            if refused:
+                key = (outcome.cause, outcome.message)
+                counted[key] = max(counted.get(key, 0), refused)
+        return [
+            NodeRefusal(outcome.cause, counted[(outcome.cause, outcome.message)], outcome.message)
+            for outcome in _unique(outcomes)
+            if (outcome.cause, outcome.message) in counted
+        ]
+
+    def _selecting(self, pod: PodView, uid: int) -> list[tuple[PodAffinityTerm, np.ndarray]]:
+        """Required anti-affinity terms of pods on nodes that select this pod."""
+        if not self.checks_predicates:
+            return []
+        found = []
+        for term, owners in self.index.anti_owners():
+            key = (term, uid, pod.namespace)
+            selected = self._selects.get(key)
+            if selected is None:
+                selected = self._selects[key] = rules.term_selects(term, pod)
+            if selected:
+                found.append((term, owners))
+        return found
+
+    def _outcomes(
+        self, pod: PodView, selecting: list[tuple[PodAffinityTerm, np.ndarray]]
+    ) -> tuple[list[RuleOutcome], np.ndarray | None]:
+        index, facts = self.index, self.facts
+        outcomes: list[RuleOutcome] = []
+        waits = None
+        if self.checks_predicates:
+            if pod.spec.pod_affinity is not None:
+                required = rules.required_affinity(index, facts, pod)
+                if required is not None:
+                    outcomes.append(required)
+                outcomes.extend(rules.required_anti_affinity(index, facts, pod))
+            outcomes.extend(rules.existing_anti_affinity(index, facts, pod, selecting))
+            outcomes.extend(rules.spread(index, facts, pod))
+            port_outcomes, port_waits = rules.host_ports(index, facts, pod)
+            outcomes.extend(port_outcomes)
+            if port_waits:
+                waits = np.zeros(len(facts.table), dtype=bool)
+                waits[sorted(port_waits)] = True
+        if pod.spec.extended:
+            extended_outcomes, now_ok = rules.extended_resources(index, facts, pod)
+            outcomes.extend(extended_outcomes)
+            waits = ~now_ok if waits is None else waits | ~now_ok
+        return outcomes, waits
+
+
+def _unique(outcomes: list[RuleOutcome]) -> list[RuleOutcome]:
+    seen: set[tuple[object, str]] = set()
+    kept = []
+    for outcome in outcomes:
+        key = (outcome.cause, outcome.message)
+        if key not in seen:
+            seen.add(key)
+            kept.append(outcome)
+    return kept

@@ -1,0 +1,201 @@
+"""What the pods on each node hold that other pods' placement rules read, kept current as pods move.
+
+Inter-pod affinity, topology spread, host ports and extended resources all ask "which pods are on
+that node now": asking it by a scan per placement would make a cycle pods × nodes × pods. The
+index keeps, per node row, counts of the pods each selector in use selects, the owners of required
+anti-affinity terms, the host ports in use and the extended resources held, and changes one row
+per move (`Session.move_task`, which every placement, eviction and rollback goes through), so a
+rollback restores it exactly.
+
+Which pods count follows Kubernetes and KAI (spec devices-and-affinity.md §5.3):
+- inter-pod affinity counts every pod a node holds, terminating ones too, except a pod this session
+  evicted (KAI v0.17.2: it is going, so it must not block the pod that takes its place);
+- topology spread counts no terminating pod (kube-scheduler skips pods with a deletion stamp);
+- host ports and extended resources are held by every pod on the node; those of terminating or
+  evicted pods are free once they go, so a pod may be pipelined onto them but not bound now.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from kai_ray.model.labels import selects
+from kai_ray.model.objects import (
+    ACTIVE_USED,
+    RELEASING,
+    LabelSelector,
+    PodAffinityTerm,
+    TaskSpec,
+    TaskStatus,
+)
+from kai_ray.model.snapshot import NodeTable
+
+
+class Presence(enum.Enum):
+    """How a pod on a node counts for the rules above."""
+
+    LASTING = "lasting"
+    TERMINATING = "terminating"
+    """Releasing in the snapshot: going on its own, still there as far as affinity is concerned."""
+    EVICTED = "evicted"
+    """Evicted by this session: gone for affinity and spread, still holding until it goes."""
+
+
+class CountMode(enum.Enum):
+    """Which pods a selector's counts take in (see the module's rules)."""
+
+    AFFINITY = "affinity"
+    SPREAD = "spread"
+
+
+SelectorKey = tuple[LabelSelector | None, frozenset[str] | None, CountMode]
+"""What a count is of: the pods a selector selects in some namespaces (None: every namespace)."""
+
+PortKey = tuple[str, int]
+"""(protocol, port)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A pod the index holds: where it is and what it says of itself."""
+
+    uid: int
+    row: int
+    spec: TaskSpec
+    namespace: str
+    presence: Presence
+
+
+def presence_of(status: TaskStatus, evicted_here: bool) -> Presence | None:
+    """How a pod in that status counts on its node, None when it holds nothing there."""
+    if status not in ACTIVE_USED:
+        return None
+    if status is RELEASING or status is TaskStatus.STUCK_IN_RELEASING:
+        return Presence.EVICTED if evicted_here else Presence.TERMINATING
+    return Presence.LASTING
+
+
+def _counts_for(mode: CountMode, presence: Presence) -> bool:
+    if mode is CountMode.AFFINITY:
+        return presence is not Presence.EVICTED
+    return presence is Presence.LASTING
+
+
+class PodIndex:
+    """Per node row: selected-pod counts, anti-affinity owners, host ports, extended resources."""
+
+    def __init__(self, table: NodeTable, members: Iterable[Member]) -> None:
+        self.table = table
+        self.members: dict[int, Member] = {}
+        self._selected: dict[SelectorKey, np.ndarray] = {}
+        self._anti_owners: dict[PodAffinityTerm, np.ndarray] = {}
+        """Required anti-affinity term of a pod on the node → per row, how many such pods."""
+        self._ports: dict[PortKey, dict[int, Counter[tuple[str, bool]]]] = {}
+        """(protocol, port) → row → Counter of (host IP, lasting) in use there."""
+        self._extended_held: dict[str, np.ndarray] = {}
+        self._extended_going: dict[str, np.ndarray] = {}
+        """Per resource name and row: what pods hold, and what of it terminating or evicted pods hold."""
+        for member in members:
+            self._add(member)
+
+    # ------------------------------------------------------------------ changes
+    def place(self, member: Member) -> None:
+        self.remove(member.uid)
+        self._add(member)
+
+    def remove(self, uid: int) -> None:
+        member = self.members.pop(uid, None)
+        if member is not None:
+            self._book(member, -1)
+
+    def _add(self, member: Member) -> None:
+        self.members[member.uid] = member
+        self._book(member, +1)
+
+    def _book(self, member: Member, sign: int) -> None:
+        row, spec, presence = member.row, member.spec, member.presence
+        for key, counts in self._selected.items():
+            if _counts_for(key[2], presence) and _selected_by(key, member):
+                counts[row] += sign
+        affinity = spec.pod_affinity
+        if affinity is not None and presence is not Presence.EVICTED:
+            for term in affinity.required_anti:
+                owners = self._anti_owners.get(term)
+                if owners is None:
+                    owners = self._anti_owners[term] = np.zeros(len(self.table), dtype=np.int64)
+                owners[row] += sign
+        lasting = presence is Presence.LASTING
+        for port in spec.host_ports:
+            in_use = self._ports.setdefault((port.protocol, port.port), {}).setdefault(row, Counter())
+            in_use[(port.host_ip, lasting)] += sign
+            if in_use[(port.host_ip, lasting)] <= 0:
+                del in_use[(port.host_ip, lasting)]
+        for name, amount in spec.extended:
+            self._extended(self._extended_held, name)[row] += sign * amount
+            if not lasting:
+                self._extended(self._extended_going, name)[row] += sign * amount
+
+    def _extended(self, table: dict[str, np.ndarray], name: str) -> np.ndarray:
+        column = table.get(name)
+        if column is None:
+            column = table[name] = np.zeros(len(self.table))
+        return column
+
+    # ------------------------------------------------------------------ reads
+    def selected(self, key: SelectorKey) -> np.ndarray:
+        """Per row, how many pods the key selects: counted once on first ask, then kept current."""
+        counts = self._selected.get(key)
+        if counts is None:
+            counts = np.zeros(len(self.table), dtype=np.int64)
+            for member in self.members.values():
+                if _counts_for(key[2], member.presence) and _selected_by(key, member):
+                    counts[member.row] += 1
+            self._selected[key] = counts
+        return counts
+
+    def anti_owners(self) -> list[tuple[PodAffinityTerm, np.ndarray]]:
+        """The required anti-affinity terms of pods on nodes, each with its owners per row."""
+        return [(term, owners) for term, owners in self._anti_owners.items() if owners.any()]
+
+    def port_conflicts(self, protocol: str, port: int, host_ip: str) -> tuple[list[int], list[int]]:
+        """Rows where the port is taken by a lasting pod, and rows where only by going ones."""
+        lasting: list[int] = []
+        going: list[int] = []
+        for row, in_use in sorted(self._ports.get((protocol, port), {}).items()):
+            clashes = [held for (ip, held), n in in_use.items() if n > 0 and _clash(ip, host_ip)]
+            if True in clashes:
+                lasting.append(row)
+            elif clashes:
+                going.append(row)
+        return lasting, going
+
+    def extended_free(self, name: str, allocatable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: what is free now, and what will be once terminating and evicted pods go."""
+        held = self._extended_held.get(name)
+        if held is None:
+            return allocatable, allocatable
+        going = self._extended_going.get(name)
+        now = allocatable - held
+        return now, now if going is None else now + going
+
+    def members_on(self, rows: np.ndarray) -> list[Member]:
+        """The pods on those rows, by name: only an explanation asks."""
+        wanted = set(rows.tolist())
+        return sorted((m for m in self.members.values() if m.row in wanted), key=lambda m: m.spec.name)
+
+
+def _selected_by(key: SelectorKey, member: Member) -> bool:
+    selector, namespaces, _ = key
+    if namespaces is not None and member.namespace not in namespaces:
+        return False
+    return selects(selector, member.spec.labels)
+
+
+def _clash(held_ip: str, wanted_ip: str) -> bool:
+    """Two binds of one port clash when either is on every address or both on the same one."""
+    return not held_ip or not wanted_ip or held_ip == wanted_ip

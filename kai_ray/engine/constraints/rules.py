@@ -1,0 +1,327 @@
+"""The placement rules that read other pods or resources outside the node vector, as row masks.
+
+Kubernetes' InterPodAffinity, PodTopologySpread, NodePorts and the extended-resource part of
+NodeResourcesFit, each a numpy expression over the node table and the `PodIndex`'s per-row
+counts (a count per topology domain is one `bincount`), so a pod's check costs a few array
+operations whatever the number of pods. Each rule answers with the rows it admits and, for an
+explanation, its typed cause and words; preferred terms give a bonus per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from kai_ray.engine.constraints.index import CountMode, PodIndex
+from kai_ray.engine.reasons import NodeFilterCause
+from kai_ray.identity_cache import IdentityCache
+from kai_ray.model.affinity import matches_affinity, term_matches, tolerates
+from kai_ray.model.labels import selects
+from kai_ray.model.objects import PodAffinityTerm, SpreadConstraint, TaskSpec
+from kai_ray.model.resources import EPSILON
+from kai_ray.model.snapshot import NodeTable
+
+PREFERENCE_SCORE = 100.0
+"""What a fully preferred node gains for each kind of preference (preferred node affinity,
+preferred pod (anti-)affinity, ScheduleAnyway spread), each scaled to [0, this] as kube-scheduler
+normalises its scores to [0, 100]: above what bin packing tells apart (under 20), below a node
+where the pod starts now rather than waits (`kernels.IDLE_FIT_SCORE`)."""
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """The rows one rule admits, and what to say of the rows it refuses."""
+
+    cause: NodeFilterCause
+    admits: np.ndarray
+    message: str
+
+
+@dataclass(frozen=True)
+class PodView:
+    """The pod being placed, as the rules read it."""
+
+    spec: TaskSpec
+    namespace: str
+
+
+class NodeFacts:
+    """What the rules read of a node table alone, kept as long as the table lives."""
+
+    def __init__(self, table: NodeTable) -> None:
+        self.table = table
+        self._domains: dict[str, tuple[np.ndarray, list[str]]] = {}
+        self._extended: dict[str, np.ndarray] = {}
+        self._affinity_rows: dict[object, np.ndarray] = {}
+        self._tolerated_rows: dict[object, np.ndarray] = {}
+
+    def domains(self, key: str) -> tuple[np.ndarray, list[str]]:
+        """Per row the code of its value of the node label `key` (-1: no such label), and the
+        values by code (codes follow the values' sorted order, so ties break by name)."""
+        found = self._domains.get(key)
+        if found is None:
+            labels = [spec.labels.get(key) for spec in self.table.specs]
+            values = sorted({value for value in labels if value is not None})
+            code = {value: i for i, value in enumerate(values)}
+            codes = np.array([-1 if v is None else code[v] for v in labels], dtype=np.int64)
+            found = self._domains[key] = (codes, values)
+        return found
+
+    def extended(self, name: str) -> np.ndarray:
+        """Per row, the node's allocatable of an extended resource (0 where it has none)."""
+        column = self._extended.get(name)
+        if column is None:
+            column = np.array([spec.extended.get(name, 0.0) for spec in self.table.specs])
+            self._extended[name] = column
+        return column
+
+    def affinity_rows(self, spec: TaskSpec) -> np.ndarray:
+        """Rows the pod's selector and required node affinity admit (spread's `Honor` policy)."""
+        key = (tuple(sorted(spec.node_selector.items())), spec.node_affinity, spec.volume_node_affinity)
+        rows = self._affinity_rows.get(key)
+        if rows is None:
+            rows = np.array([matches_affinity(spec, node) for node in self.table.specs], dtype=bool)
+            self._affinity_rows[key] = rows
+        return rows
+
+    def tolerated_rows(self, spec: TaskSpec) -> np.ndarray:
+        rows = self._tolerated_rows.get(spec.tolerations)
+        if rows is None:
+            rows = np.array([tolerates(spec, node) for node in self.table.specs], dtype=bool)
+            self._tolerated_rows[spec.tolerations] = rows
+        return rows
+
+    def preferred_node_scores(self, spec: TaskSpec) -> np.ndarray:
+        total = np.zeros(len(self.table))
+        for preferred in spec.preferred_node_affinity:
+            matched = [term_matches(preferred.term, node) for node in self.table.specs]
+            total += preferred.weight * np.array(matched, dtype=float)
+        return total
+
+
+node_facts: IdentityCache[NodeTable, NodeFacts] = IdentityCache(NodeFacts)
+
+
+def term_selects(term: PodAffinityTerm, pod: PodView) -> bool:
+    """Whether a term (namespaces resolved for its owner) selects that pod."""
+    if term.namespaces is not None and pod.namespace not in term.namespaces:
+        return False
+    return selects(term.selector, pod.spec.labels)
+
+
+def per_domain(index: PodIndex, facts: NodeFacts, term: PodAffinityTerm) -> tuple[np.ndarray, np.ndarray]:
+    """(codes per row, pods the term selects per domain) for an affinity term."""
+    codes, values = facts.domains(term.topology_key)
+    counts = index.selected((term.selector, term.namespaces, CountMode.AFFINITY))
+    return codes, _by_domain(codes, counts, len(values))
+
+
+def _by_domain(
+    codes: np.ndarray, per_row: np.ndarray, domains: int, rows: np.ndarray | None = None
+) -> np.ndarray:
+    keep = codes >= 0 if rows is None else (codes >= 0) & rows
+    return np.bincount(codes[keep], weights=per_row[keep], minlength=domains)
+
+
+def _at(codes: np.ndarray, per_domain: np.ndarray) -> np.ndarray:
+    """Per row, its domain's value (0 for a row without the label)."""
+    if per_domain.size == 0:
+        return np.zeros(len(codes))
+    return np.where(codes >= 0, per_domain[np.maximum(codes, 0)], 0)
+
+
+def required_affinity(index: PodIndex, facts: NodeFacts, pod: PodView) -> RuleOutcome | None:
+    """Every required affinity term has a selected pod in the node's domain; the first pod of a
+    group that selects itself may go anywhere the keys exist (Kubernetes' exception)."""
+    assert pod.spec.pod_affinity is not None
+    terms = pod.spec.pod_affinity.required
+    if not terms:
+        return None
+    has_keys = np.ones(len(facts.table), dtype=bool)
+    admits = np.ones(len(facts.table), dtype=bool)
+    anywhere = 0.0
+    for term in terms:
+        codes, counts = per_domain(index, facts, term)
+        has_keys &= codes >= 0
+        admits &= (codes >= 0) & (_at(codes, counts) > 0)
+        anywhere += float(counts.sum())
+    if anywhere == 0 and all(term_selects(term, pod) for term in terms):
+        admits = has_keys
+    keys = ", ".join(sorted({term.topology_key for term in terms}))
+    return RuleOutcome(NodeFilterCause.POD_AFFINITY, admits, f"no pod the pod's affinity needs on {keys}")
+
+
+def required_anti_affinity(index: PodIndex, facts: NodeFacts, pod: PodView) -> list[RuleOutcome]:
+    """No pod a required anti-affinity term selects in the node's domain (a node without the
+    term's label passes it)."""
+    assert pod.spec.pod_affinity is not None
+    outcomes = []
+    for term in pod.spec.pod_affinity.required_anti:
+        codes, counts = per_domain(index, facts, term)
+        blocked = (codes >= 0) & (_at(codes, counts) > 0)
+        words = f"pod anti-affinity with {_pods_named(index, blocked, term)} on {term.topology_key}"
+        outcomes.append(RuleOutcome(NodeFilterCause.POD_ANTI_AFFINITY, ~blocked, words))
+    return outcomes
+
+
+def existing_anti_affinity(
+    index: PodIndex, facts: NodeFacts, pod: PodView, selecting: list[tuple[PodAffinityTerm, np.ndarray]]
+) -> list[RuleOutcome]:
+    """Symmetry: no pod whose required anti-affinity selects this one in the node's domain."""
+    outcomes = []
+    for term, owners in selecting:
+        codes, values = facts.domains(term.topology_key)
+        blocked = (codes >= 0) & (_at(codes, _by_domain(codes, owners, len(values))) > 0)
+        names = _owners_named(index, blocked, term)
+        words = f"anti-affinity of {names} on {term.topology_key} keeps the pod away"
+        outcomes.append(RuleOutcome(NodeFilterCause.EXISTING_ANTI_AFFINITY, ~blocked, words))
+    return outcomes
+
+
+def spread(index: PodIndex, facts: NodeFacts, pod: PodView) -> list[RuleOutcome]:
+    """`DoNotSchedule` constraints: placing the pod keeps each constraint's skew within maxSkew."""
+    hard = [c for c in pod.spec.spread if c.hard]
+    if not hard:
+        return []
+    counted = _spread_nodes(facts, pod, hard)
+    outcomes = []
+    for constraint in hard:
+        codes, domain_counts, present = _spread_counts(index, facts, pod, constraint, counted)
+        low = float(domain_counts[present].min()) if present.size else 0.0
+        if constraint.min_domains is not None and present.size < constraint.min_domains:
+            low = 0.0
+        own = 1.0 if selects(constraint.selector, pod.spec.labels) else 0.0
+        skew = _at(codes, domain_counts) + own - low
+        admits = (codes >= 0) & (skew <= constraint.max_skew + EPSILON)
+        words = f"topology spread on {constraint.topology_key} (maxSkew {constraint.max_skew})"
+        outcomes.append(RuleOutcome(NodeFilterCause.SPREAD, admits, words))
+    return outcomes
+
+
+def _spread_nodes(facts: NodeFacts, pod: PodView, constraints: list[SpreadConstraint]) -> np.ndarray:
+    """Nodes whose pods count: they carry every constraint's key (kube-scheduler's rule)."""
+    rows = np.ones(len(facts.table), dtype=bool)
+    for constraint in constraints:
+        rows &= facts.domains(constraint.topology_key)[0] >= 0
+    return rows
+
+
+def _spread_counts(
+    index: PodIndex, facts: NodeFacts, pod: PodView, constraint: SpreadConstraint, counted: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(codes per row, selected pods per domain, the domains eligible nodes make up)."""
+    codes, values = facts.domains(constraint.topology_key)
+    eligible = counted.copy()
+    if constraint.honor_node_affinity:
+        eligible &= facts.affinity_rows(pod.spec)
+    if constraint.honor_node_taints:
+        eligible &= facts.tolerated_rows(pod.spec)
+    selected = index.selected((constraint.selector, frozenset({pod.namespace}), CountMode.SPREAD))
+    domain_counts = _by_domain(codes, selected, len(values), eligible)
+    present = np.unique(codes[eligible & (codes >= 0)])
+    return codes, domain_counts, present
+
+
+def host_ports(index: PodIndex, facts: NodeFacts, pod: PodView) -> tuple[list[RuleOutcome], set[int]]:
+    """Rows where a lasting pod binds one of the pod's host ports are refused; rows where only a
+    going pod does are returned too: the pod may wait there, not start."""
+    outcomes = []
+    waits: set[int] = set()
+    for port in pod.spec.host_ports:
+        lasting, going = index.port_conflicts(port.protocol, port.port, port.host_ip)
+        admits = np.ones(len(facts.table), dtype=bool)
+        admits[lasting] = False
+        waits.update(going)
+        words = f"host port {port.port}/{port.protocol} in use"
+        outcomes.append(RuleOutcome(NodeFilterCause.HOST_PORTS, admits, words))
+    return outcomes, waits
+
+
+def extended_resources(
+    index: PodIndex, facts: NodeFacts, pod: PodView
+) -> tuple[list[RuleOutcome], np.ndarray]:
+    """Each extended request fits what will be free; also per row whether all fit what is free now."""
+    outcomes = []
+    now_ok = np.ones(len(facts.table), dtype=bool)
+    for name, amount in pod.spec.extended:
+        now, later = index.extended_free(name, facts.extended(name))
+        now_ok &= now + EPSILON >= amount
+        admits = later + EPSILON >= amount
+        outcomes.append(RuleOutcome(NodeFilterCause.INSUFFICIENT_RESOURCES, admits, f"insufficient {name}"))
+    return outcomes, now_ok
+
+
+def preference_bonus(index: PodIndex, facts: NodeFacts, pod: PodView) -> np.ndarray | None:
+    """Preferred node affinity, preferred pod (anti-)affinity and ScheduleAnyway spread, each
+    scaled to [0, PREFERENCE_SCORE] over the nodes; None when the pod prefers nothing."""
+    parts = [
+        facts.preferred_node_scores(pod.spec) if pod.spec.preferred_node_affinity else None,
+        _preferred_pod_scores(index, facts, pod),
+        _soft_spread_scores(index, facts, pod),
+    ]
+    scaled = [_scaled(part) for part in parts if part is not None]
+    if not scaled:
+        return None
+    total: np.ndarray = np.sum(scaled, axis=0)
+    return total
+
+
+def _preferred_pod_scores(index: PodIndex, facts: NodeFacts, pod: PodView) -> np.ndarray | None:
+    affinity = pod.spec.pod_affinity
+    if affinity is None or not (affinity.preferred or affinity.preferred_anti):
+        return None
+    total = np.zeros(len(facts.table))
+    for sign, terms in ((1.0, affinity.preferred), (-1.0, affinity.preferred_anti)):
+        for term in terms:
+            codes, counts = per_domain(index, facts, term)
+            total += sign * term.weight * _at(codes, counts)
+    return total
+
+
+def _soft_spread_scores(index: PodIndex, facts: NodeFacts, pod: PodView) -> np.ndarray | None:
+    """Fewer selected pods in the node's domain is better: the negated count, nodes without a
+    constraint's key scoring as the fullest domain."""
+    soft = [c for c in pod.spec.spread if not c.hard]
+    if not soft:
+        return None
+    counted = _spread_nodes(facts, pod, soft)
+    total = np.zeros(len(facts.table))
+    for constraint in soft:
+        codes, domain_counts, _ = _spread_counts(index, facts, pod, constraint, counted)
+        at = _at(codes, domain_counts)
+        worst = float(domain_counts.max()) + 1.0 if domain_counts.size else 1.0
+        total -= np.where(codes >= 0, at, worst)
+    return total
+
+
+def _scaled(scores: np.ndarray) -> np.ndarray:
+    low, high = float(scores.min()), float(scores.max())
+    if high - low <= EPSILON:
+        return np.zeros_like(scores)
+    scaled: np.ndarray = (scores - low) / (high - low) * PREFERENCE_SCORE
+    return scaled
+
+
+def _pods_named(index: PodIndex, blocked: np.ndarray, term: PodAffinityTerm) -> str:
+    """The first pod by name on a refused node that the term selects, for the explanation."""
+    return _first_named(index, blocked, lambda m: term_selects(term, PodView(m.spec, m.namespace)))
+
+
+def _owners_named(index: PodIndex, blocked: np.ndarray, term: PodAffinityTerm) -> str:
+    def owns(member_spec: TaskSpec) -> bool:
+        affinity = member_spec.pod_affinity
+        return affinity is not None and term in affinity.required_anti
+
+    return _first_named(index, blocked, lambda m: owns(m.spec))
+
+
+def _first_named(index: PodIndex, blocked: np.ndarray, wanted: Callable[..., bool]) -> str:
+    if not blocked.any():
+        return "no pod"
+    for member in index.members_on(np.flatnonzero(blocked)):
+        if wanted(member):
+            name = member.spec.name
+            return f"{member.namespace}/{name}" if member.namespace else name
+    return "a pod"
