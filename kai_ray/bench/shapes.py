@@ -27,10 +27,14 @@ from kai_ray.model.objects import (
     UNLIMITED,
     ClusterState,
     JobSpec,
+    LabelSelector,
     NodeSpec,
+    PodAffinitySpec,
+    PodAffinityTerm,
     PodSetSpec,
     QueueSpec,
     ResourceQuota,
+    SpreadConstraint,
     SubGroupSetSpec,
     TaskSpec,
     TaskStatus,
@@ -177,6 +181,60 @@ def fill(nodes: int, jobs: int, queues: int = 10) -> Built:
     total = float(nodes * GPUS_PER_NODE)
     pending = [gpu_job(f"job-{i:06d}", f"queue-{i % queues:02d}", jobs - i) for i in range(jobs)]
     return _cluster(nodes, flat_queues(queues, total / queues), pending), FULL_CYCLE
+
+
+GROUP_SIZE = 4
+"""Pods per group in the affinity and spread shapes (one PodGroup each)."""
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+ZONES = 8
+
+
+def _labelled_cluster(nodes: int, queues: int, jobs: list[JobSpec]) -> ClusterState:
+    """A fill cluster whose nodes carry a hostname and one of `ZONES` zones, as real nodes do."""
+    state = _cluster(nodes, flat_queues(queues, float(nodes * GPUS_PER_NODE) / queues), jobs)
+    for i, node in enumerate(state.nodes):
+        node.labels.update({HOSTNAME_LABEL: node.name, ZONE_LABEL: f"zone-{i % ZONES}"})
+    return state
+
+
+def _group_jobs(pods: int, queues: int, dress: Callable[[int, TaskSpec], TaskSpec]) -> list[JobSpec]:
+    """`pods` one-GPU pods as gangs of `GROUP_SIZE`, each pod dressed with its group's rules."""
+    groups = pods // GROUP_SIZE
+    jobs = []
+    for g in range(groups):
+        job = gpu_job(f"group-{g:05d}", f"queue-{g % queues:02d}", groups - g, pods=GROUP_SIZE)
+        job.tasks = [dress(g, replace(task, labels={"group": f"g{g}"})) for task in job.tasks]
+        jobs.append(job)
+    return jobs
+
+
+def _group_selector(group: int) -> LabelSelector:
+    return LabelSelector(match_labels=(("group", f"g{group}"),))
+
+
+def affinity(nodes: int, pods: int, queues: int = 10) -> Built:
+    """Groups of four one-GPU pods, each pod repelling its group's others from its host (required
+    anti-affinity on hostname); every tenth group prefers the zone of the next group's pods."""
+
+    def dress(group: int, task: TaskSpec) -> TaskSpec:
+        apart = PodAffinityTerm(HOSTNAME_LABEL, _group_selector(group), frozenset({""}))
+        near = PodAffinityTerm(ZONE_LABEL, _group_selector(group + 1), frozenset({""}), weight=50)
+        preferred = (near,) if group % 10 == 0 else ()
+        return replace(task, pod_affinity=PodAffinitySpec(required_anti=(apart,), preferred=preferred))
+
+    return _labelled_cluster(nodes, queues, _group_jobs(pods, queues, dress)), FULL_CYCLE
+
+
+def spread(nodes: int, pods: int, queues: int = 10) -> Built:
+    """Groups of four one-GPU pods spread over zones and hosts, maxSkew 1 on each (DoNotSchedule)."""
+
+    def dress(group: int, task: TaskSpec) -> TaskSpec:
+        selector = _group_selector(group)
+        rules = (SpreadConstraint(1, ZONE_LABEL, selector), SpreadConstraint(1, HOSTNAME_LABEL, selector))
+        return replace(task, spread=rules)
+
+    return _labelled_cluster(nodes, queues, _group_jobs(pods, queues, dress)), FULL_CYCLE
 
 
 def reclaim(nodes: int, gang_pods: int) -> Built:
@@ -353,6 +411,8 @@ SHAPES: dict[str, tuple[str, Callable[..., Built]]] = {
     "kai-full-cycle-NxJ": (r"kai-full-cycle-(\d+)x(\d+)", kai_full_cycle),
     "kai-reclaim-large-N": (r"kai-reclaim-large-(\d+)", kai_reclaim_large),
     "fill-NxJ": (r"fill-(\d+)x(\d+)", fill),
+    "affinity-NxP": (r"affinity-(\d+)x(\d+)", affinity),
+    "spread-NxP": (r"spread-(\d+)x(\d+)", spread),
     "reclaim-NxP": (r"reclaim-(\d+)x(\d+)", reclaim),
     "gang-N": (r"gang-(\d+)", gang),
     "big-NxJ": (r"big-(\d+)x(\d+)", big),

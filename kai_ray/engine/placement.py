@@ -63,6 +63,8 @@ def place_task(
         return _place_shared(session, statement, task, first, ranked, pipeline_only, verdict)
     if node_mask is None and bonus is None:
         best = session.node_finder.best(task)
+    elif verdict is not None and domain_mask is None and bonus is None:
+        best = _first_admitted(session, task, verdict.admits)
     else:
         best = next(_scanned_rows(session, task, node_mask, bonus), None)
     if best is None:
@@ -80,6 +82,20 @@ def place_task(
     else:
         statement.pipeline(task, best)
     return None
+
+
+def _first_admitted(session: Session, task: Task, admits: np.ndarray) -> int | None:
+    """The best row the node finder ranks that the pod rules admit: the finder's order is a full
+    scan's (score, then row), and the rules usually refuse few rows, so walking its heap to the
+    first admitted row beats scoring every row again."""
+    ranked = session.node_finder.ordered(task)
+    try:
+        for row in ranked:
+            if admits[row]:
+                return row
+        return None
+    finally:
+        ranked.close()
 
 
 def _starts_now(request: RequestFloats, idle: list[float]) -> bool:

@@ -127,7 +127,7 @@ class PodConstraints:
         if not self.checks_predicates:
             return []
         found = []
-        for term, owners in self.index.anti_owners():
+        for term, owners in self.index.anti_owners(pod.spec.labels):
             key = (term, uid, pod.namespace)
             selected = self._selects.get(key)
             if selected is None:

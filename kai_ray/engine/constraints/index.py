@@ -21,6 +21,7 @@ import enum
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -34,6 +35,8 @@ from kai_ray.model.objects import (
     TaskStatus,
 )
 from kai_ray.model.snapshot import NodeTable
+
+_Item = TypeVar("_Item")
 
 
 class Presence(enum.Enum):
@@ -92,9 +95,15 @@ class PodIndex:
     def __init__(self, table: NodeTable, members: Iterable[Member]) -> None:
         self.table = table
         self.members: dict[int, Member] = {}
+        self._by_label: dict[LabelPair, set[int]] = {}
+        """(label, value) → uids of the members carrying it: a selector's first count reads only
+        the members its first `matchLabels` pair names, not every pod."""
         self._selected: dict[SelectorKey, np.ndarray] = {}
+        self._keys = _Buckets[SelectorKey]()
         self._anti_owners: dict[PodAffinityTerm, np.ndarray] = {}
         """Required anti-affinity term of a pod on the node → per row, how many such pods."""
+        self._anti_totals: dict[PodAffinityTerm, int] = {}
+        self._anti_terms = _Buckets[PodAffinityTerm]()
         self._ports: dict[PortKey, dict[int, Counter[tuple[str, bool]]]] = {}
         """(protocol, port) → row → Counter of (host IP, lasting) in use there."""
         self._extended_held: dict[str, np.ndarray] = {}
@@ -111,24 +120,31 @@ class PodIndex:
     def remove(self, uid: int) -> None:
         member = self.members.pop(uid, None)
         if member is not None:
+            for pair in member.spec.labels.items():
+                self._by_label[pair].discard(uid)
             self._book(member, -1)
 
     def _add(self, member: Member) -> None:
         self.members[member.uid] = member
+        for pair in member.spec.labels.items():
+            self._by_label.setdefault(pair, set()).add(member.uid)
         self._book(member, +1)
 
     def _book(self, member: Member, sign: int) -> None:
         row, spec, presence = member.row, member.spec, member.presence
-        for key, counts in self._selected.items():
+        for key in self._keys.candidates(spec.labels):
             if _counts_for(key[2], presence) and _selected_by(key, member):
-                counts[row] += sign
+                self._selected[key][row] += sign
         affinity = spec.pod_affinity
         if affinity is not None and presence is not Presence.EVICTED:
             for term in affinity.required_anti:
                 owners = self._anti_owners.get(term)
                 if owners is None:
                     owners = self._anti_owners[term] = np.zeros(len(self.table), dtype=np.int64)
+                    self._anti_totals[term] = 0
+                    self._anti_terms.add(term, term.selector)
                 owners[row] += sign
+                self._anti_totals[term] += sign
         lasting = presence is Presence.LASTING
         for port in spec.host_ports:
             in_use = self._ports.setdefault((port.protocol, port.port), {}).setdefault(row, Counter())
@@ -152,15 +168,30 @@ class PodIndex:
         counts = self._selected.get(key)
         if counts is None:
             counts = np.zeros(len(self.table), dtype=np.int64)
-            for member in self.members.values():
+            for member in self._possibly_selected(key[0]):
                 if _counts_for(key[2], member.presence) and _selected_by(key, member):
                     counts[member.row] += 1
             self._selected[key] = counts
+            self._keys.add(key, key[0])
         return counts
 
-    def anti_owners(self) -> list[tuple[PodAffinityTerm, np.ndarray]]:
-        """The required anti-affinity terms of pods on nodes, each with its owners per row."""
-        return [(term, owners) for term, owners in self._anti_owners.items() if owners.any()]
+    def _possibly_selected(self, selector: LabelSelector | None) -> Iterable[Member]:
+        if selector is None:
+            return ()
+        if not selector.match_labels:
+            return list(self.members.values())
+        uids = self._by_label.get(selector.match_labels[0], set())
+        return [self.members[uid] for uid in sorted(uids)]
+
+    def anti_owners(self, labels: dict[str, str]) -> list[tuple[PodAffinityTerm, np.ndarray]]:
+        """The required anti-affinity terms of pods on nodes that could select a pod with these
+        labels (by their first `matchLabels` pair), each with its owners per row."""
+        totals = self._anti_totals
+        return [
+            (term, self._anti_owners[term])
+            for term in self._anti_terms.candidates(labels)
+            if totals[term] > 0
+        ]
 
     def port_conflicts(self, protocol: str, port: int, host_ip: str) -> tuple[list[int], list[int]]:
         """Rows where the port is taken by a lasting pod, and rows where only by going ones."""
@@ -187,6 +218,37 @@ class PodIndex:
         """The pods on those rows, by name: only an explanation asks."""
         wanted = set(rows.tolist())
         return sorted((m for m in self.members.values() if m.row in wanted), key=lambda m: m.spec.name)
+
+
+LabelPair = tuple[str, str]
+
+
+class _Buckets(Generic[_Item]):
+    """Items keyed by a selector's first `matchLabels` pair, so the items that could select a pod
+    are found from its labels without trying every item; items whose selector has no such pair
+    are tried for every pod, those with no selector for none."""
+
+    def __init__(self) -> None:
+        self._by_pair: dict[LabelPair, list[_Item]] = {}
+        self._general: list[_Item] = []
+
+    def add(self, item: _Item, selector: LabelSelector | None) -> None:
+        if selector is None:
+            return
+        if selector.match_labels:
+            self._by_pair.setdefault(selector.match_labels[0], []).append(item)
+        else:
+            self._general.append(item)
+
+    def candidates(self, labels: dict[str, str]) -> list[_Item]:
+        found = list(self._general)
+        by_pair = self._by_pair
+        if by_pair:
+            for pair in labels.items():
+                bucket = by_pair.get(pair)
+                if bucket:
+                    found.extend(bucket)
+        return found
 
 
 def _selected_by(key: SelectorKey, member: Member) -> bool:

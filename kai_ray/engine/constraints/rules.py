@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kai_ray.engine.constraints.index import CountMode, PodIndex
+from kai_ray.engine.constraints.index import CountMode, Member, PodIndex
 from kai_ray.engine.reasons import NodeFilterCause
 from kai_ray.identity_cache import IdentityCache
 from kai_ray.model.affinity import matches_affinity, term_matches, tolerates
@@ -32,11 +32,16 @@ where the pod starts now rather than waits (`kernels.IDLE_FIT_SCORE`)."""
 
 @dataclass(frozen=True)
 class RuleOutcome:
-    """The rows one rule admits, and what to say of the rows it refuses."""
+    """The rows one rule admits, and what to say of the rows it refuses: words made only when
+    an explanation asks (naming a pod walks the refused rows' pods)."""
 
     cause: NodeFilterCause
     admits: np.ndarray
-    message: str
+    words: Callable[[], str]
+
+    @property
+    def message(self) -> str:
+        return self.words()
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class NodeFacts:
         self._extended: dict[str, np.ndarray] = {}
         self._affinity_rows: dict[object, np.ndarray] = {}
         self._tolerated_rows: dict[object, np.ndarray] = {}
+        self._spread: dict[object, tuple[np.ndarray, np.ndarray]] = {}
 
     def domains(self, key: str) -> tuple[np.ndarray, list[str]]:
         """Per row the code of its value of the node label `key` (-1: no such label), and the
@@ -77,9 +83,13 @@ class NodeFacts:
             self._extended[name] = column
         return column
 
+    @staticmethod
+    def _affinity_key(spec: TaskSpec) -> object:
+        return (tuple(sorted(spec.node_selector.items())), spec.node_affinity, spec.volume_node_affinity)
+
     def affinity_rows(self, spec: TaskSpec) -> np.ndarray:
         """Rows the pod's selector and required node affinity admit (spread's `Honor` policy)."""
-        key = (tuple(sorted(spec.node_selector.items())), spec.node_affinity, spec.volume_node_affinity)
+        key = self._affinity_key(spec)
         rows = self._affinity_rows.get(key)
         if rows is None:
             rows = np.array([matches_affinity(spec, node) for node in self.table.specs], dtype=bool)
@@ -92,6 +102,31 @@ class NodeFacts:
             rows = np.array([tolerates(spec, node) for node in self.table.specs], dtype=bool)
             self._tolerated_rows[spec.tolerations] = rows
         return rows
+
+    def spread_domains(
+        self, spec: TaskSpec, constraint: SpreadConstraint, keys: tuple[str, ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The rows whose pods count for a spread constraint of this pod (they carry every key,
+        and pass its node affinity and taints where the policies say Honor), and the domain codes
+        they make up: read of the table and the pod's static constraints alone, so kept."""
+        signature = (
+            constraint.topology_key,
+            keys,
+            constraint.honor_node_affinity and self._affinity_key(spec),
+            constraint.honor_node_taints and spec.tolerations,
+        )
+        found = self._spread.get(signature)
+        if found is None:
+            codes = self.domains(constraint.topology_key)[0]
+            eligible = np.ones(len(self.table), dtype=bool)
+            for key in keys:
+                eligible &= self.domains(key)[0] >= 0
+            if constraint.honor_node_affinity:
+                eligible &= self.affinity_rows(spec)
+            if constraint.honor_node_taints:
+                eligible &= self.tolerated_rows(spec)
+            found = self._spread[signature] = (eligible, np.unique(codes[eligible & (codes >= 0)]))
+        return found
 
     def preferred_node_scores(self, spec: TaskSpec) -> np.ndarray:
         total = np.zeros(len(self.table))
@@ -150,7 +185,9 @@ def required_affinity(index: PodIndex, facts: NodeFacts, pod: PodView) -> RuleOu
     if anywhere == 0 and all(term_selects(term, pod) for term in terms):
         admits = has_keys
     keys = ", ".join(sorted({term.topology_key for term in terms}))
-    return RuleOutcome(NodeFilterCause.POD_AFFINITY, admits, f"no pod the pod's affinity needs on {keys}")
+    return RuleOutcome(
+        NodeFilterCause.POD_AFFINITY, admits, lambda: f"no pod the pod's affinity needs on {keys}"
+    )
 
 
 def required_anti_affinity(index: PodIndex, facts: NodeFacts, pod: PodView) -> list[RuleOutcome]:
@@ -161,8 +198,9 @@ def required_anti_affinity(index: PodIndex, facts: NodeFacts, pod: PodView) -> l
     for term in pod.spec.pod_affinity.required_anti:
         codes, counts = per_domain(index, facts, term)
         blocked = (codes >= 0) & (_at(codes, counts) > 0)
-        words = f"pod anti-affinity with {_pods_named(index, blocked, term)} on {term.topology_key}"
-        outcomes.append(RuleOutcome(NodeFilterCause.POD_ANTI_AFFINITY, ~blocked, words))
+        outcomes.append(
+            RuleOutcome(NodeFilterCause.POD_ANTI_AFFINITY, ~blocked, _anti_words(index, blocked, term))
+        )
     return outcomes
 
 
@@ -174,8 +212,7 @@ def existing_anti_affinity(
     for term, owners in selecting:
         codes, values = facts.domains(term.topology_key)
         blocked = (codes >= 0) & (_at(codes, _by_domain(codes, owners, len(values))) > 0)
-        names = _owners_named(index, blocked, term)
-        words = f"anti-affinity of {names} on {term.topology_key} keeps the pod away"
+        words = _owner_words(index, blocked, term)
         outcomes.append(RuleOutcome(NodeFilterCause.EXISTING_ANTI_AFFINITY, ~blocked, words))
     return outcomes
 
@@ -196,31 +233,23 @@ def spread(index: PodIndex, facts: NodeFacts, pod: PodView) -> list[RuleOutcome]
         skew = _at(codes, domain_counts) + own - low
         admits = (codes >= 0) & (skew <= constraint.max_skew + EPSILON)
         words = f"topology spread on {constraint.topology_key} (maxSkew {constraint.max_skew})"
-        outcomes.append(RuleOutcome(NodeFilterCause.SPREAD, admits, words))
+        outcomes.append(RuleOutcome(NodeFilterCause.SPREAD, admits, _said(words)))
     return outcomes
 
 
-def _spread_nodes(facts: NodeFacts, pod: PodView, constraints: list[SpreadConstraint]) -> np.ndarray:
-    """Nodes whose pods count: they carry every constraint's key (kube-scheduler's rule)."""
-    rows = np.ones(len(facts.table), dtype=bool)
-    for constraint in constraints:
-        rows &= facts.domains(constraint.topology_key)[0] >= 0
-    return rows
+def _spread_nodes(facts: NodeFacts, pod: PodView, constraints: list[SpreadConstraint]) -> tuple[str, ...]:
+    """The keys a node must carry for its pods to count (kube-scheduler: every constraint's)."""
+    return tuple(sorted({constraint.topology_key for constraint in constraints}))
 
 
 def _spread_counts(
-    index: PodIndex, facts: NodeFacts, pod: PodView, constraint: SpreadConstraint, counted: np.ndarray
+    index: PodIndex, facts: NodeFacts, pod: PodView, constraint: SpreadConstraint, keys: tuple[str, ...]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(codes per row, selected pods per domain, the domains eligible nodes make up)."""
     codes, values = facts.domains(constraint.topology_key)
-    eligible = counted.copy()
-    if constraint.honor_node_affinity:
-        eligible &= facts.affinity_rows(pod.spec)
-    if constraint.honor_node_taints:
-        eligible &= facts.tolerated_rows(pod.spec)
+    eligible, present = facts.spread_domains(pod.spec, constraint, keys)
     selected = index.selected((constraint.selector, frozenset({pod.namespace}), CountMode.SPREAD))
     domain_counts = _by_domain(codes, selected, len(values), eligible)
-    present = np.unique(codes[eligible & (codes >= 0)])
     return codes, domain_counts, present
 
 
@@ -235,7 +264,7 @@ def host_ports(index: PodIndex, facts: NodeFacts, pod: PodView) -> tuple[list[Ru
         admits[lasting] = False
         waits.update(going)
         words = f"host port {port.port}/{port.protocol} in use"
-        outcomes.append(RuleOutcome(NodeFilterCause.HOST_PORTS, admits, words))
+        outcomes.append(RuleOutcome(NodeFilterCause.HOST_PORTS, admits, _said(words)))
     return outcomes, waits
 
 
@@ -249,7 +278,9 @@ def extended_resources(
         now, later = index.extended_free(name, facts.extended(name))
         now_ok &= now + EPSILON >= amount
         admits = later + EPSILON >= amount
-        outcomes.append(RuleOutcome(NodeFilterCause.INSUFFICIENT_RESOURCES, admits, f"insufficient {name}"))
+        outcomes.append(
+            RuleOutcome(NodeFilterCause.INSUFFICIENT_RESOURCES, admits, _said(f"insufficient {name}"))
+        )
     return outcomes, now_ok
 
 
@@ -304,20 +335,36 @@ def _scaled(scores: np.ndarray) -> np.ndarray:
     return scaled
 
 
-def _pods_named(index: PodIndex, blocked: np.ndarray, term: PodAffinityTerm) -> str:
-    """The first pod by name on a refused node that the term selects, for the explanation."""
-    return _first_named(index, blocked, lambda m: term_selects(term, PodView(m.spec, m.namespace)))
+def _said(words: str) -> Callable[[], str]:
+    return lambda: words
 
 
-def _owners_named(index: PodIndex, blocked: np.ndarray, term: PodAffinityTerm) -> str:
-    def owns(member_spec: TaskSpec) -> bool:
-        affinity = member_spec.pod_affinity
+def _anti_words(index: PodIndex, blocked: np.ndarray, term: PodAffinityTerm) -> Callable[[], str]:
+    """Names the first pod by name on a refused node that the term selects."""
+
+    def words() -> str:
+        named = _first_named(index, blocked, lambda m: term_selects(term, PodView(m.spec, m.namespace)))
+        return f"pod anti-affinity with {named} on {term.topology_key}"
+
+    return words
+
+
+def _owner_words(index: PodIndex, blocked: np.ndarray, term: PodAffinityTerm) -> Callable[[], str]:
+    """Names the first pod by name on a refused node whose anti-affinity is the term."""
+
+    def owns(member: Member) -> bool:
+        affinity = member.spec.pod_affinity
         return affinity is not None and term in affinity.required_anti
 
-    return _first_named(index, blocked, lambda m: owns(m.spec))
+    def words() -> str:
+        return (
+            f"anti-affinity of {_first_named(index, blocked, owns)} on {term.topology_key} keeps the pod away"
+        )
+
+    return words
 
 
-def _first_named(index: PodIndex, blocked: np.ndarray, wanted: Callable[..., bool]) -> str:
+def _first_named(index: PodIndex, blocked: np.ndarray, wanted: Callable[[Member], bool]) -> str:
     if not blocked.any():
         return "no pod"
     for member in index.members_on(np.flatnonzero(blocked)):
