@@ -99,6 +99,8 @@ class PodIndex:
         """(label, value) → uids of the members carrying it: a selector's first count reads only
         the members its first `matchLabels` pair names, not every pod."""
         self._selected: dict[SelectorKey, np.ndarray] = {}
+        self._by_domain: dict[SelectorKey, list[tuple[np.ndarray, np.ndarray]]] = {}
+        """Key → (a node label's row codes, the key's counts per domain of it), kept with the rows."""
         self._keys = _Buckets[SelectorKey]()
         self._anti_owners: dict[PodAffinityTerm, np.ndarray] = {}
         """Required anti-affinity term of a pod on the node → per row, how many such pods."""
@@ -135,6 +137,9 @@ class PodIndex:
         for key in self._keys.candidates(spec.labels):
             if _counts_for(key[2], presence) and _selected_by(key, member):
                 self._selected[key][row] += sign
+                for codes, counts in self._by_domain.get(key, ()):
+                    if codes[row] >= 0:
+                        counts[codes[row]] += sign
         affinity = spec.pod_affinity
         if affinity is not None and presence is not Presence.EVICTED:
             for term in affinity.required_anti:
@@ -173,6 +178,19 @@ class PodIndex:
                     counts[member.row] += 1
             self._selected[key] = counts
             self._keys.add(key, key[0])
+        return counts
+
+    def per_domain(self, key: SelectorKey, codes: np.ndarray, domains: int) -> np.ndarray:
+        """How many pods the key selects in each domain of a node label (`codes`: each row's
+        domain, -1 for none): summed once, then kept current with the rows."""
+        views = self._by_domain.setdefault(key, [])
+        for known, counts in views:
+            if known is codes:
+                return counts
+        per_row = self.selected(key)
+        keep = codes >= 0
+        counts = np.bincount(codes[keep], weights=per_row[keep], minlength=domains).astype(np.int64)
+        views.append((codes, counts))
         return counts
 
     def _possibly_selected(self, selector: LabelSelector | None) -> Iterable[Member]:

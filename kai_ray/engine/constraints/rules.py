@@ -61,7 +61,7 @@ class NodeFacts:
         self._extended: dict[str, np.ndarray] = {}
         self._affinity_rows: dict[object, np.ndarray] = {}
         self._tolerated_rows: dict[object, np.ndarray] = {}
-        self._spread: dict[object, tuple[np.ndarray, np.ndarray]] = {}
+        self._spread: dict[object, tuple[np.ndarray, np.ndarray, bool]] = {}
 
     def domains(self, key: str) -> tuple[np.ndarray, list[str]]:
         """Per row the code of its value of the node label `key` (-1: no such label), and the
@@ -105,10 +105,12 @@ class NodeFacts:
 
     def spread_domains(
         self, spec: TaskSpec, constraint: SpreadConstraint, keys: tuple[str, ...]
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
         """The rows whose pods count for a spread constraint of this pod (they carry every key,
         and pass its node affinity and taints where the policies say Honor), and the domain codes
-        they make up: read of the table and the pod's static constraints alone, so kept."""
+        they make up, and whether those rows are all that carry the constraint's key (then the index's
+        running counts per domain serve): read of the table and the pod's static constraints alone,
+        so kept."""
         signature = (
             constraint.topology_key,
             keys,
@@ -125,7 +127,9 @@ class NodeFacts:
                 eligible &= self.affinity_rows(spec)
             if constraint.honor_node_taints:
                 eligible &= self.tolerated_rows(spec)
-            found = self._spread[signature] = (eligible, np.unique(codes[eligible & (codes >= 0)]))
+            every_keyed_row = bool(np.array_equal(eligible, codes >= 0))
+            present = np.unique(codes[eligible & (codes >= 0)])
+            found = self._spread[signature] = (eligible, present, every_keyed_row)
         return found
 
     def preferred_node_scores(self, spec: TaskSpec) -> np.ndarray:
@@ -149,8 +153,7 @@ def term_selects(term: PodAffinityTerm, pod: PodView) -> bool:
 def per_domain(index: PodIndex, facts: NodeFacts, term: PodAffinityTerm) -> tuple[np.ndarray, np.ndarray]:
     """(codes per row, pods the term selects per domain) for an affinity term."""
     codes, values = facts.domains(term.topology_key)
-    counts = index.selected((term.selector, term.namespaces, CountMode.AFFINITY))
-    return codes, _by_domain(codes, counts, len(values))
+    return codes, index.per_domain((term.selector, term.namespaces, CountMode.AFFINITY), codes, len(values))
 
 
 def _by_domain(
@@ -247,10 +250,11 @@ def _spread_counts(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(codes per row, selected pods per domain, the domains eligible nodes make up)."""
     codes, values = facts.domains(constraint.topology_key)
-    eligible, present = facts.spread_domains(pod.spec, constraint, keys)
-    selected = index.selected((constraint.selector, frozenset({pod.namespace}), CountMode.SPREAD))
-    domain_counts = _by_domain(codes, selected, len(values), eligible)
-    return codes, domain_counts, present
+    eligible, present, every_keyed_row = facts.spread_domains(pod.spec, constraint, keys)
+    key = (constraint.selector, frozenset({pod.namespace}), CountMode.SPREAD)
+    if every_keyed_row:
+        return codes, index.per_domain(key, codes, len(values)), present
+    return codes, _by_domain(codes, index.selected(key), len(values), eligible), present
 
 
 def host_ports(index: PodIndex, facts: NodeFacts, pod: PodView) -> tuple[list[RuleOutcome], set[int]]:
