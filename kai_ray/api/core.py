@@ -19,9 +19,18 @@ class ResourceRequirements(KubeModel):
     limits: ResourceList = Field(default_factory=dict)
 
 
+class ContainerPort(KubeModel):
+    container_port: int = 0
+    host_port: int = 0
+    """0 (or absent): the port is not bound on the node."""
+    protocol: str = "TCP"
+    host_ip: str = Field(default="", alias="hostIP")
+
+
 class Container(KubeModel):
     name: str = ""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    ports: list[ContainerPort] = Field(default_factory=list)
     restart_policy: str | None = None
     """Only set on init containers; `Always` makes one a native sidecar."""
 
@@ -41,12 +50,72 @@ class NodeSelector(KubeModel):
     node_selector_terms: list[NodeSelectorTerm] = Field(default_factory=list)
 
 
+class PreferredSchedulingTerm(KubeModel):
+    weight: int
+    preference: NodeSelectorTerm
+
+
 class NodeAffinity(KubeModel):
     required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] = Field(
+        default_factory=list
+    )
+
+
+class LabelSelectorRequirement(KubeModel):
+    key: str
+    operator: str
+    values: list[str] = Field(default_factory=list)
+
+
+class LabelSelector(KubeModel):
+    """Absent and empty differ wherever a selector is optional: an empty one selects everything."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+
+class PodAffinityTerm(KubeModel):
+    label_selector: LabelSelector | None = None
+    namespaces: list[str] = Field(default_factory=list)
+    namespace_selector: LabelSelector | None = None
+    topology_key: str = ""
+    match_label_keys: list[str] = Field(default_factory=list)
+    mismatch_label_keys: list[str] = Field(default_factory=list)
+
+
+class WeightedPodAffinityTerm(KubeModel):
+    weight: int
+    pod_affinity_term: PodAffinityTerm
+
+
+class PodAffinity(KubeModel):
+    """The shape of both `podAffinity` and `podAntiAffinity`."""
+
+    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] = Field(default_factory=list)
+    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] = Field(
+        default_factory=list
+    )
 
 
 class Affinity(KubeModel):
     node_affinity: NodeAffinity | None = None
+    pod_affinity: PodAffinity | None = None
+    pod_anti_affinity: PodAffinity | None = None
+
+
+class TopologySpreadConstraint(KubeModel):
+    """Policies stay None when absent: their defaults differ (`nodeAffinityPolicy` Honor,
+    `nodeTaintsPolicy` Ignore), and the conversion applies them where it checks the values."""
+
+    max_skew: int = 0
+    topology_key: str = ""
+    when_unsatisfiable: str = ""
+    label_selector: LabelSelector | None = None
+    min_domains: int | None = None
+    node_affinity_policy: str | None = None
+    node_taints_policy: str | None = None
+    match_label_keys: list[str] = Field(default_factory=list)
 
 
 class Toleration(KubeModel):
@@ -72,6 +141,7 @@ class PodSpec(KubeModel):
     affinity: Affinity | None = None
     tolerations: list[Toleration] = Field(default_factory=list)
     scheduling_gates: list[SchedulingGate] = Field(default_factory=list)
+    topology_spread_constraints: list[TopologySpreadConstraint] = Field(default_factory=list)
 
 
 class PodStatus(KubeModel):

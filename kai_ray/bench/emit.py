@@ -4,7 +4,9 @@ The point is a common input: KAI itself, or any other scheduler with a
 conformance harness, can run the exact cluster kai-ray was timed on. Shapes
 are built in scenario units already (see `shapes`), so this is a plain
 transcription; the round trip through `load_scenario` is tested to give the
-same cluster and config back.
+same cluster and config back.  A constraint the format cannot state (a preferred
+term, a spread constraint) is refused, not dropped: the scenario would be another
+cluster.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kai_ray.model.objects import (
     UNLIMITED,
     JobSpec,
     NodeSpec,
+    PodAffinityTerm,
     QueueSpec,
     ResourceQuota,
     TaskSpec,
@@ -104,6 +107,7 @@ def _node(node: NodeSpec) -> dict[str, Any]:
         "maxPods": node.max_pods,
         "gpuMemorySynced": node.gpu_memory_synced,
         "labels": dict(node.labels),
+        **({"extendedResources": {k: _number(v) for k, v in node.extended.items()}} if node.extended else {}),
     }
 
 
@@ -153,11 +157,11 @@ def _job(job: JobSpec, now: float) -> dict[str, Any]:
         "ageMinutes": _minutes(now - job.created),
         "startedMinutesAgo": None if job.last_start is None else _minutes(now - job.last_start),
         "minMember": job.subgroups.pod_sets[0].min_available,
-        "tasks": [_task(task) for task in job.tasks],
+        "tasks": [_task(task, job.namespace) for task in job.tasks],
     }
 
 
-def _task(task: TaskSpec) -> dict[str, Any]:
+def _task(task: TaskSpec, namespace: str) -> dict[str, Any]:
     raw: dict[str, Any] = {
         "name": task.name,
         "status": task.status.value,
@@ -170,6 +174,51 @@ def _task(task: TaskSpec) -> dict[str, Any]:
     }
     if task.is_shared_gpu:
         raw["gpuDevices"] = task.gpu_devices
+    if task.labels:
+        raw["labels"] = dict(task.labels)
+    if task.extended:
+        raw["extendedResources"] = {name: _number(amount) for name, amount in task.extended}
+    return raw | _pod_affinity(task, namespace)
+
+
+def _pod_affinity(task: TaskSpec, namespace: str) -> dict[str, Any]:
+    """FORMAT.md's "Inter-pod affinity": required terms only, each on `matchLabels`."""
+    affinity = task.pod_affinity
+    unwritable = [
+        what
+        for what, given in (
+            ("preferred node affinity", task.preferred_node_affinity),
+            ("preferred pod (anti-)affinity", affinity and (affinity.preferred or affinity.preferred_anti)),
+            ("topology spread constraints", task.spread),
+            ("host ports", task.host_ports),
+        )
+        if given
+    ]
+    if unwritable:
+        raise ValueError(f"task {task.name!r}: the scenario format has no {', '.join(unwritable)}")
+    if affinity is None:
+        return {}
+    written: dict[str, Any] = {}
+    for key, terms in (("podAffinity", affinity.required), ("podAntiAffinity", affinity.required_anti)):
+        if terms:
+            required = [_term(task.name, term, namespace) for term in terms]
+            written[key] = {"requiredDuringSchedulingIgnoredDuringExecution": required}
+    return written
+
+
+def _term(task: str, term: PodAffinityTerm, namespace: str) -> dict[str, Any]:
+    selector = term.selector
+    if selector is None or selector.expressions or not term.namespaces:
+        raise ValueError(
+            f"task {task!r}: the scenario format's pod affinity terms select on matchLabels,"
+            " in namespaces it names"
+        )
+    raw: dict[str, Any] = {
+        "labelSelector": {"matchLabels": dict(selector.match_labels)},
+        "topologyKey": term.topology_key,
+    }
+    if term.namespaces != {namespace}:
+        raw["namespaces"] = sorted(term.namespaces)
     return raw
 
 

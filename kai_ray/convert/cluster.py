@@ -15,7 +15,9 @@ Choices where KAI's behaviour cannot be reproduced from objects alone:
 - Objects without `creationTimestamp` are "created" at their order of
   appearance (0, 1, 2 ... seconds); the cluster's `now` is the latest time any
   object mentions, unless the backend gives its clock.
-- Namespace objects are accepted but carry nothing the `ClusterState` holds.
+- Namespace objects lend their labels to inter-pod affinity terms' `namespaceSelector`; a
+  namespace that pods are in without a Namespace object (manifests often leave it out; a
+  cluster has every one) carries only the name label the API server gives every namespace.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from kai_ray.api import (
     Manifest,
     ManifestProblem,
     ManifestSet,
+    Namespace,
     Node,
     Pod,
     PodGroup,
@@ -39,7 +42,7 @@ from kai_ray.api import (
     Topology,
     load_manifests,
 )
-from kai_ray.api.constants import SCHEDULER_NAME
+from kai_ray.api.constants import NAMESPACE_NAME_LABEL, SCHEDULER_NAME
 from kai_ray.convert.common import convert_each, latest_time
 from kai_ray.convert.jobs import JobAssembler
 from kai_ray.convert.nodes import node_spec
@@ -54,6 +57,7 @@ __all__ = [
     "cluster_from_manifest_set",
     "cluster_from_manifests",
     "job_problems",
+    "namespace_labels",
     "occupancy_only",
 ]
 
@@ -81,7 +85,14 @@ def cluster_from_manifest_set(
     queues, queue_index = convert_queues(loaded.of_type(Queue), problems)
     nodes = convert_each(loaded.of_type(Node), node_spec, problems)
     node_names = frozenset(node.name for node in nodes)
-    pods = PodContext(now, node_names, *bind_requests_by_pod(loaded.of_type(BindRequest), node_names))
+    held = list(occupants)
+    namespaces = namespace_labels(
+        (manifest.obj for manifest in loaded.of_type(Namespace)),
+        (manifest.obj.metadata.namespace or "" for manifest in [*loaded.of_type(Pod), *held]),
+    )
+    pods = PodContext(
+        now, node_names, *bind_requests_by_pod(loaded.of_type(BindRequest), node_names), namespaces
+    )
     assembler = JobAssembler(
         queue_index,
         Priorities.from_manifests(loaded.of_type(PriorityClass)),
@@ -91,7 +102,7 @@ def cluster_from_manifest_set(
     )
     assembler.add_podgroups(loaded.of_type(PodGroup))
     assembler.add_pods(loaded.of_type(Pod))
-    assembler.add_occupants(list(occupants))
+    assembler.add_occupants(held)
     state = ClusterState(
         nodes=nodes,
         queues=queues,
@@ -150,33 +161,50 @@ OCCUPANCY_FIELDS = {
         "labels",
         "annotations",
     ),
-    "spec": ("schedulerName", "nodeName", "containers", "initContainers", "overhead"),
+    "spec": ("schedulerName", "nodeName", "containers", "initContainers", "overhead", "affinity"),
     "status": ("phase",),
 }
+_CONSTRAINTS = {"spec": ("affinity",), "container": ("ports",)}
+"""What of an occupant binds the pods placed beside it rather than what it holds."""
 
 
-def occupancy_only(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a pod that say what it holds on its node, with containers cut to their requests.
+def occupancy_only(pod: Mapping[str, Any], *, constraints: bool = True) -> dict[str, Any]:
+    """The parts of a pod that say what it holds on its node, with containers cut to their requests,
+    and, unless `constraints` is false, what binds the pods placed beside it (its pod
+    (anti-)affinity, its containers' host ports; its labels are kept either way).
 
     What is kept of pods that are only counted, never scheduled: other schedulers'
-    pods, and pods the models reject (a smaller object is also one with less to reject).
+    pods, and pods the models reject (a smaller object is also one with less to reject; without
+    `constraints`, nothing is left to reject but requests).
     """
     reduced: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod"}
     for section, keys in OCCUPANCY_FIELDS.items():
         part = pod.get(section)
         if isinstance(part, dict):
-            reduced[section] = {key: part[key] for key in keys if key in part}
+            kept = keys if constraints else tuple(k for k in keys if k not in _CONSTRAINTS.get(section, ()))
+            reduced[section] = {key: part[key] for key in kept if key in part}
     spec = reduced.setdefault("spec", {})
+    container_keys = ("restartPolicy", *_CONSTRAINTS["container"]) if constraints else ("restartPolicy",)
     for key in ("containers", "initContainers"):
         containers = spec.get(key)
         if isinstance(containers, list):
             spec[key] = [
                 {"name": c.get("name", ""), "resources": c.get("resources") or {}}
-                | ({"restartPolicy": c["restartPolicy"]} if "restartPolicy" in c else {})
+                | {kept: c[kept] for kept in container_keys if kept in c}
                 for c in containers
                 if isinstance(c, dict)
             ]
     return reduced
+
+
+def namespace_labels(declared: Iterable[Namespace], used: Iterable[str]) -> dict[str, dict[str, str]]:
+    """Namespace → labels for every namespace a `namespaceSelector` can select: the Namespace
+    objects, and the namespaces `used` by pods without one, each with its name label."""
+    labels = {name: {NAMESPACE_NAME_LABEL: name} for name in used}
+    for namespace in declared:
+        name = namespace.metadata.name
+        labels[name] = {**namespace.metadata.labels, NAMESPACE_NAME_LABEL: name}
+    return labels
 
 
 def bind_requests_by_pod(

@@ -13,9 +13,14 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from kai_ray.api import ApiObject, Manifest, ManifestProblem, ManifestSet, format_path, parse_duration
+from kai_ray.api.constants import RESOURCE_CPU, RESOURCE_GPU, RESOURCE_MEMORY, RESOURCE_PODS
 
 ObjectT = TypeVar("ObjectT", bound=ApiObject)
 ResultT = TypeVar("ResultT")
+
+VECTOR_RESOURCES = frozenset({RESOURCE_CPU, RESOURCE_MEMORY, RESOURCE_GPU, RESOURCE_PODS})
+"""The resources the node vector and the queues account; every other one is "extended" (RDMA,
+hugepages, ephemeral storage, MIG profiles): it must fit a node, and no queue is charged for it."""
 
 
 class Invalid(Exception):

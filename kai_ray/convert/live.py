@@ -12,7 +12,9 @@ converts again only what a change can affect:
 - a PodGroup: its job and the pods that name it;
 - a BindRequest: the pods whose binding it changes;
 - any Queue or PriorityClass: every PodGroup (the queue tree and priorities are theirs);
-- any Node coming or going: every pod (the node set decides whether a placement is valid).
+- any Node coming or going: every pod (the node set decides whether a placement is valid);
+- a Namespace's labels, or a namespace gaining its first pod or losing its last: the pods whose
+  inter-pod affinity terms select namespaces by label.
 
 Objects are read from the cluster, where the API server stamps every creationTimestamp, so
 each is converted as if it came first (position 0): an object without a timestamp is created at
@@ -31,6 +33,7 @@ from kai_ray.api import (
     BindRequest,
     Manifest,
     ManifestProblem,
+    Namespace,
     Node,
     Pod,
     PodGroup,
@@ -39,8 +42,9 @@ from kai_ray.api import (
     Topology,
 )
 from kai_ray.api.constants import SCHEDULER_NAME
-from kai_ray.convert.cluster import bind_requests_by_pod
+from kai_ray.convert.cluster import bind_requests_by_pod, namespace_labels
 from kai_ray.convert.common import convert_each
+from kai_ray.convert.constraints import reads_namespaces
 from kai_ray.convert.jobs import (
     NamedJob,
     PodOutcome,
@@ -64,7 +68,17 @@ Key = tuple[str, str]
 FOREIGN_POD = "ForeignPod"
 """Pods of other schedulers that occupy a node, followed apart from ours (they say `kind: Pod`)."""
 
-KIND_ORDER = ("Queue", "PriorityClass", "Topology", "Node", "PodGroup", "BindRequest", "Pod", FOREIGN_POD)
+KIND_ORDER = (
+    "Namespace",
+    "Queue",
+    "PriorityClass",
+    "Topology",
+    "Node",
+    "PodGroup",
+    "BindRequest",
+    "Pod",
+    FOREIGN_POD,
+)
 """The order problems are reported in: what others refer to first, for a readable list."""
 
 _POD_KINDS = ("Pod", FOREIGN_POD)
@@ -179,6 +193,12 @@ class LiveCluster:
         self._nodes: list[NodeSpec] = []
         self._topologies: list[TopologySpec] = []
         self._context = PodContext(0.0, frozenset(), {})
+        self._pod_namespaces: dict[str, int] = {}
+        """Namespace → how many pods (of both kinds) it holds."""
+        self._namespaces_moved = False
+        """A namespace gained its first pod or lost its last since the last read."""
+        self._namespace_readers: set[tuple[str, Key]] = set()
+        """Pods whose conversion reads namespace labels (`reads_namespaces`)."""
 
     def __len__(self) -> int:
         return sum(len(models) for models in self._models.values())
@@ -213,6 +233,7 @@ class LiveCluster:
     def _apply_one(self, kind: str, key: Key, model: ObjectModel | None) -> None:
         if kind in _POD_KINDS:
             self._forget_membership(kind, key)
+            self._count_namespace(key[0], int(model is not None) - int(key in self._models[kind]))
         if model is None:
             self._models[kind].pop(key, None)
             self._order[kind].discard(key)
@@ -226,9 +247,19 @@ class LiveCluster:
         elif kind == "PodGroup":
             self._dirty_groups.add(key)
 
+    def _count_namespace(self, namespace: str, change: int) -> None:
+        before = self._pod_namespaces.get(namespace, 0)
+        after = before + change
+        if after:
+            self._pod_namespaces[namespace] = after
+        else:
+            self._pod_namespaces.pop(namespace, None)
+        self._namespaces_moved = self._namespaces_moved or (before == 0) != (after == 0)
+
     def _forget_membership(self, kind: str, key: Key) -> None:
         record = self._pods[kind].pop(key, None)
         self._deleting.discard((kind, key))
+        self._namespace_readers.discard((kind, key))
         member = (_POD_KINDS.index(kind), key)
         for noted in (self._pod_problems, self._held_pods, self._occupants):
             noted.discard(member)
@@ -259,6 +290,8 @@ class LiveCluster:
             self._dirty_jobs.add(group)
         if pod.metadata.deletion_timestamp is not None:
             self._deleting.add((kind, key))
+        if reads_namespaces(pod.spec):
+            self._namespace_readers.add((kind, key))
 
     # ---------------------------------------------------------------- state out
     def state(self, now: float) -> tuple[ClusterState, list[ManifestProblem]]:
@@ -319,7 +352,15 @@ class LiveCluster:
                 (kind, pod) for pod in moved for kind in _POD_KINDS if pod in self._pods[kind]
             )
         self._dirty_pods.update(self._deleting)
-        self._context = PodContext(now, names, binding, groups)
+        namespaces = context.namespaces
+        if "Namespace" in changed or self._namespaces_moved:
+            namespaces = namespace_labels(
+                (m.obj for m in self._objects("Namespace", Namespace)), self._pod_namespaces
+            )
+            self._namespaces_moved = False
+            if namespaces != context.namespaces:
+                self._dirty_pods.update(self._namespace_readers)
+        self._context = PodContext(now, names, binding, groups, namespaces)
 
     def _refresh_groups(self) -> None:
         models = self._models["PodGroup"]

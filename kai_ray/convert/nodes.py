@@ -14,7 +14,7 @@ from kai_ray.api.constants import (
     RESOURCE_MEMORY,
     RESOURCE_PODS,
 )
-from kai_ray.convert.common import Invalid, label_field
+from kai_ray.convert.common import VECTOR_RESOURCES, Invalid, label_field
 from kai_ray.model.objects import NodeSpec, Taint
 
 DEFAULT_MAX_PODS = 110
@@ -40,6 +40,7 @@ def node_spec(manifest: Manifest[Node]) -> NodeSpec:
         taints=tuple(Taint(t.key, t.value, t.effect) for t in node.spec.taints),
         unschedulable=node.spec.unschedulable,
         ready=_ready(node),
+        extended=_extended(node),
     )
 
 
@@ -65,6 +66,14 @@ def _amount(node: Node, resource: str, default: float = 0.0) -> float:
     """Allocatable amount, falling back to capacity, per resource (quantities were validated on load)."""
     value = node.status.allocatable.get(resource, node.status.capacity.get(resource))
     return default if value is None else parse_quantity(value)
+
+
+def _extended(node: Node) -> dict[str, float]:
+    """Every resource outside the node vector, allocatable falling back to capacity as `_amount`
+    does; a zero is kept (a MIG profile the node has, with none free)."""
+    status = node.status
+    names = (status.capacity.keys() | status.allocatable.keys()) - VECTOR_RESOURCES
+    return {name: _amount(node, name) for name in sorted(names)}
 
 
 _TROUBLE = frozenset({"MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"})

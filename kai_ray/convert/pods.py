@@ -7,8 +7,9 @@ same request here as there.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kai_ray.api import Manifest, Pod, parse_quantity
 from kai_ray.api.constants import (
@@ -24,26 +25,31 @@ from kai_ray.api.constants import (
     TASK_PRIORITY_LABEL,
 )
 from kai_ray.api.core import Container, PodSpec
-from kai_ray.api.core import NodeSelectorTerm as ApiNodeSelectorTerm
 from kai_ray.api.quantity import QuantityError
-from kai_ray.convert.common import Invalid, annotation_field, created, epoch, label_field
-from kai_ray.identity_cache import IdentityCache
-from kai_ray.model.objects import (
-    AffinityRequirement,
-    NodeSelectorTerm,
-    NodeSelectorTerms,
-    TaskSpec,
-    TaskStatus,
-    Toleration,
+from kai_ray.convert.common import (
+    VECTOR_RESOURCES,
+    Invalid,
+    annotation_field,
+    created,
+    epoch,
+    label_field,
 )
+from kai_ray.convert.constraints import (
+    NamespaceLabels,
+    host_ports,
+    node_affinity,
+    pod_affinity,
+    preferred_node_affinity,
+    spread_constraints,
+)
+from kai_ray.identity_cache import IdentityCache
+from kai_ray.model.objects import TaskSpec, TaskStatus, Toleration
 
 STUCK_IN_RELEASING_SECONDS = 120.0
 """A Running pod deleted longer ago than this is StuckInReleasing (KAI's default threshold)."""
-_REQUIRED_TERMS = (
-    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
-)
 
 Resources = dict[str, float]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,8 @@ class PodContext:
     """(namespace, pod name) → selected node, for BindRequests that have not failed."""
     gpu_groups: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     """(namespace, pod name) → shared GPU groups a BindRequest selected."""
+    namespaces: NamespaceLabels = field(default_factory=dict)
+    """Namespace → labels, for inter-pod affinity terms with a `namespaceSelector`."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,11 @@ def task_from_pod(manifest: Manifest[Pod], context: PodContext) -> TaskSpec:
         task_priority=_task_priority(pod.metadata.labels),
         labels=dict(pod.metadata.labels),
         created=created(manifest),
+        preferred_node_affinity=preferred_node_affinity(pod.spec),
+        pod_affinity=pod_affinity(pod, context.namespaces),
+        spread=spread_constraints(pod),
+        host_ports=host_ports(pod.spec),
+        extended=extended_requests(requests),
     )
 
 
@@ -96,7 +109,9 @@ def held_task(manifest: Manifest[Pod], context: PodContext) -> TaskSpec | None:
 
     Read like any pod where possible.  A pod that cannot be read that way still
     holds its containers' requests; a GPU-sharing request that does not parse
-    holds a whole device per requested device, the most it could be using.
+    holds a whole device per requested device, the most it could be using.  Its
+    labels, host ports, extended requests and pod (anti-)affinity, where they read,
+    still bind the pods placed beside it: Kubernetes applies them to every pod on a node.
     """
     pod = manifest.obj
     node = pod.spec.node_name or None
@@ -122,7 +137,19 @@ def held_task(manifest: Manifest[Pod], context: PodContext) -> TaskSpec | None:
         memory=requests.get(RESOURCE_MEMORY, 0.0),
         gpu=gpus,
         created=created(manifest),
+        labels=dict(pod.metadata.labels),
+        pod_affinity=_lenient(lambda: pod_affinity(pod, context.namespaces), None),
+        host_ports=_lenient(lambda: host_ports(pod.spec), ()),
+        extended=extended_requests(requests),
     )
+
+
+def _lenient(read: Callable[[], T], otherwise: T) -> T:
+    """One part of a pod that could not be read whole, or `otherwise` when that part is the culprit."""
+    try:
+        return read()
+    except Invalid:
+        return otherwise
 
 
 def gpu_groups(pod: Pod, context: PodContext, devices: int) -> tuple[str, ...]:
@@ -175,6 +202,16 @@ def _compute_pod_requests(spec: PodSpec) -> Resources:
 
 
 _pod_requests: IdentityCache[PodSpec, Resources] = IdentityCache(_compute_pod_requests)
+
+
+def extended_requests(requests: Resources) -> tuple[tuple[str, float], ...]:
+    """The requests outside the node vector (`VECTOR_RESOURCES`), by name: they must fit the node
+    without being a queue's to account."""
+    return tuple(
+        sorted(
+            (name, amount) for name, amount in requests.items() if name not in VECTOR_RESOURCES and amount > 0
+        )
+    )
 
 
 def _container_requests(container: Container) -> Resources:
@@ -246,31 +283,6 @@ def _task_priority(labels: dict[str, str]) -> int | None:
         return int(text)
     except ValueError:
         raise Invalid(label_field(TASK_PRIORITY_LABEL), f"must be an integer, got {text!r}") from None
-
-
-def node_affinity(spec: PodSpec) -> NodeSelectorTerms:
-    """Required node affinity: every term (ORed), each with its expressions and fields (ANDed).
-
-    Kubernetes allows `matchFields` on `metadata.name` only; another field is refused, naming it.
-    """
-    affinity = spec.affinity.node_affinity if spec.affinity else None
-    required = affinity.required_during_scheduling_ignored_during_execution if affinity else None
-    terms = required.node_selector_terms if required else []
-    return tuple(_selector_term(term, f"{_REQUIRED_TERMS}[{i}]") for i, term in enumerate(terms))
-
-
-def _selector_term(term: ApiNodeSelectorTerm, path: str) -> NodeSelectorTerm:
-    for j, expression in enumerate(term.match_fields):
-        if expression.key != "metadata.name":
-            raise Invalid(
-                f"{path}.matchFields[{j}].key", f"only metadata.name is supported, got {expression.key!r}"
-            )
-    return NodeSelectorTerm(
-        expressions=tuple(
-            AffinityRequirement(e.key, e.operator, tuple(e.values)) for e in term.match_expressions
-        ),
-        fields=tuple(AffinityRequirement(e.key, e.operator, tuple(e.values)) for e in term.match_fields),
-    )
 
 
 def task_status(pod: Pod, context: PodContext) -> tuple[TaskStatus, str | None]:

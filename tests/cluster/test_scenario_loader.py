@@ -211,7 +211,7 @@ def test_jobs_tasks_and_subgroups(tmp_path: Path) -> None:
     running, pending = job0.tasks
     assert running.status == TaskStatus.RUNNING and running.node == "node0" and running.gpu_groups == ("0",)
     assert running.is_shared_gpu and running.gpu == 0.5
-    assert pending.node_affinity[0].values == ("node0",) and pending.task_priority == 10
+    assert pending.node_affinity[0].expressions[0].values == ("node0",) and pending.task_priority == 10
     assert job1.key == "ml/job1" and job1.deleting and not job1.preemptible
     assert job1.subgroups.min_subgroups == 1
     assert [(p.name, p.min_available) for p in job1.subgroups.all_pod_sets()] == [("a1", 1), ("b", 0)]

@@ -10,8 +10,8 @@ says it is unchanged.
 A reader that follows the cache's change log (`update`) gets models only for what changed, for
 `kai_ray.convert.live.LiveCluster`; one that reads whole tables (`by_kind`) gets them all.  A pod
 the models reject comes with an occupancy-only model (what it holds on its node still counts: a
-pod we cannot interpret is reported, never forgotten).  Objects no longer in the cache are
-forgotten, so memory follows the cluster.
+pod we cannot interpret is reported, never forgotten), without its constraints when even those
+are rejected.  Objects no longer in the cache are forgotten, so memory follows the cluster.
 """
 
 from __future__ import annotations
@@ -109,6 +109,8 @@ class ModelCache:
         occupant: Pod | None = None
         if obj is None and isinstance(data, dict) and data.get("kind") == "Pod":
             reduced, _ = validate_object(occupancy_only(data), self._source)
+            if reduced is None:
+                reduced, _ = validate_object(occupancy_only(data, constraints=False), self._source)
             occupant = reduced if isinstance(reduced, Pod) else None
         return _Version(item.resource_version, ObjectModel(obj, tuple(problems), occupant))
 

@@ -2,7 +2,9 @@
 
 The scenario format writes every KAI harness default out, so this loader only
 converts units and names: queue memory from megabytes to bytes, minutes and
-"ago" values into absolute seconds around a fixed scenario clock.
+"ago" values into absolute seconds around a fixed scenario clock.  A task's pod
+(anti-)affinity is the pod's own field, so it is read by the conversion every pod
+goes through (`convert.constraints`), in the job's namespace.
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from typing import Any, get_args
 
 import yaml
 
+from kai_ray.api import Pod
+from kai_ray.api._base import ObjectMeta
 from kai_ray.api.config import DEFAULT_PLUGINS, PlacementStrategy, PluginSpec, SchedulerConfig
+from kai_ray.api.core import Affinity, PodSpec
+from kai_ray.convert.common import Invalid
+from kai_ray.convert.constraints import pod_affinity
+from kai_ray.convert.pods import extended_requests
 from kai_ray.model.objects import (
     AffinityRequirement,
     ClusterState,
@@ -22,6 +30,7 @@ from kai_ray.model.objects import (
     NodeSelectorTerm,
     NodeSelectorTerms,
     NodeSpec,
+    PodAffinitySpec,
     PodSetSpec,
     QueueSpec,
     ResourceQuota,
@@ -144,6 +153,7 @@ def _node(raw: dict[str, Any]) -> NodeSpec:
         max_pods=int(raw["maxPods"]),
         gpu_memory_synced=bool(raw["gpuMemorySynced"]),
         labels={str(k): str(v) for k, v in raw["labels"].items()},
+        extended={str(k): float(v) for k, v in (raw.get("extendedResources") or {}).items()},
     )
 
 
@@ -237,12 +247,14 @@ def _job(raw: dict[str, Any]) -> JobSpec:
         stale_since=_ago(raw.get("staleForSeconds"), 1.0),
         staleness_grace=_optional_float(raw.get("stalenessGracePeriodSeconds")),
         deleting=bool(raw.get("deleting", False)),
-        tasks=[_task(t) for t in raw["tasks"]],
+        tasks=[_task(t, raw.get("namespace") or "") for t in raw["tasks"]],
         node_pool=_node_pool(raw),
     )
 
 
-def _task(raw: dict[str, Any]) -> TaskSpec:
+def _task(raw: dict[str, Any], namespace: str) -> TaskSpec:
+    labels = {str(k): str(v) for k, v in (raw.get("labels") or {}).items()}
+    requests = {str(k): float(v) for k, v in (raw.get("extendedResources") or {}).items()}
     return TaskSpec(
         name=raw["name"],
         status=TaskStatus(raw["status"]),
@@ -256,7 +268,25 @@ def _task(raw: dict[str, Any]) -> TaskSpec:
         subgroup=str(raw.get("subGroup", "default")),
         node_affinity=_node_affinity(raw.get("nodeAffinity") or []),
         task_priority=raw.get("taskPriority"),
+        labels=labels,
+        pod_affinity=_pod_affinity(raw, namespace, labels),
+        extended=extended_requests(requests),
     )
+
+
+_POD_AFFINITY_KEYS = ("podAffinity", "podAntiAffinity")
+
+
+def _pod_affinity(raw: dict[str, Any], namespace: str, labels: dict[str, str]) -> PodAffinitySpec | None:
+    written = {key: raw[key] for key in _POD_AFFINITY_KEYS if raw.get(key)}
+    if not written:
+        return None
+    meta = ObjectMeta(name=str(raw["name"]), namespace=namespace, labels=labels)
+    pod = Pod(metadata=meta, spec=PodSpec(affinity=Affinity.model_validate(written)))
+    try:
+        return pod_affinity(pod, {})
+    except Invalid as error:
+        raise ValueError(f"task {raw['name']!r}: {error}") from None
 
 
 def _node_affinity(expressions: list[dict[str, Any]]) -> NodeSelectorTerms:
