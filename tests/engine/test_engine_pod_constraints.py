@@ -6,6 +6,7 @@ import pytest
 from builders import ClusterBuilder, binds, cluster, config, find_task, open_session, pipelined, run_cycle
 
 from kai_ray.engine.constraints.index import CountMode
+from kai_ray.engine.explanation import node_refusals
 from kai_ray.engine.reasons import NodeFilterCause
 from kai_ray.engine.statement import Statement
 from kai_ray.model.objects import AffinityRequirement as Req
@@ -208,3 +209,23 @@ def test_a_pod_that_waits_for_a_going_pods_port_is_pipelined_not_bound() -> None
 def test_no_pod_rule_means_no_index() -> None:
     session = open_session(lone_pods(nodes(cluster()), "p", 2).build(), config())
     assert session.pod_constraints is None
+
+
+def test_node_refusals_count_each_cause_on_its_own() -> None:
+    builder = nodes(cluster())
+    builder.node("cordoned", gpus=8, unschedulable=True, labels={HOST: "cordoned"})
+    builder.job("web", queue="q", gpus=1, pods=0).task(status=S.RUNNING, node="n0", labels={"app": "web"})
+    lone_pods(
+        builder, "p", 1, pod_affinity=ANTI_WEB, host_ports=(HostPort(80),), extended=(("rdma/hca", 1.0),)
+    )
+    builder.job("port", queue="q", gpus=1, pods=0).task(
+        status=S.RUNNING, node="n1", host_ports=(HostPort(80),)
+    )
+    session = open_session(builder.build(), config())
+    refusals = {(r.cause, r.nodes, r.message) for r in node_refusals(session, find_task(session, "p0-0"))}
+    assert refusals == {
+        (NodeFilterCause.UNSCHEDULABLE, 1, "unschedulable, not ready or under pressure"),
+        (NodeFilterCause.POD_ANTI_AFFINITY, 1, "pod anti-affinity with web-0 on kubernetes.io/hostname"),
+        (NodeFilterCause.HOST_PORTS, 1, "host port 80/TCP in use"),
+        (NodeFilterCause.INSUFFICIENT_RESOURCES, 4, "insufficient rdma/hca"),
+    }

@@ -12,8 +12,9 @@ import numpy as np
 
 from kai_ray.engine.jobs import Task
 from kai_ray.engine.plugins.base import NodeFilter, Plugin
+from kai_ray.engine.reasons import NodeFilterCause
 from kai_ray.identity_cache import IdentityCache
-from kai_ray.model.affinity import matches_node
+from kai_ray.model.affinity import matches_affinity, tolerates
 from kai_ray.model.objects import TaskSpec
 from kai_ray.model.snapshot import NodeTable
 
@@ -48,17 +49,13 @@ class PredicatesPlugin(Plugin):
         return cached
 
     def _static_filter(self, spec: TaskSpec) -> NodeFilter:
-        table = self.session.nodes.table
-        stages = [
-            (table.schedulable, "unschedulable or not ready"),
-            (
-                np.array([matches_node(spec, node) for node in table.specs], dtype=bool),
-                "fail node affinity/taints",
-            ),
-        ]
-        if spec.gpu_memory_mib > 0:
-            stages.append((table.gpu_memory_synced, "do not publish GPU memory"))
-        mask = np.ones(len(table), dtype=bool)
+        rows = {cause: mask for cause, mask, _ in static_rows(self.session.nodes.table, spec)}
+        placement = rows[NodeFilterCause.NODE_AFFINITY] & rows[NodeFilterCause.TAINTS]
+        stages = [(rows[NodeFilterCause.UNSCHEDULABLE], "unschedulable or not ready")]
+        stages.append((placement, "fail node affinity/taints"))
+        if NodeFilterCause.GPU_MEMORY_UNKNOWN in rows:
+            stages.append((rows[NodeFilterCause.GPU_MEMORY_UNKNOWN], "do not publish GPU memory"))
+        mask = np.ones(len(self.session.nodes.table), dtype=bool)
         reasons = []
         for stage_mask, words in stages:
             turned_away = int(np.count_nonzero(mask & ~stage_mask))
@@ -67,6 +64,30 @@ class PredicatesPlugin(Plugin):
             mask &= stage_mask
         mask.flags.writeable = False  # shared by every session over the table (`table_memo`)
         return NodeFilter(mask, ", ".join(reasons))
+
+
+def static_rows(table: NodeTable, spec: TaskSpec) -> list[tuple[NodeFilterCause, np.ndarray, str]]:
+    """Per static cause, the rows it admits and its words: schedulable, node affinity (selector,
+    required terms, volumes' node selectors), taints, and GPU memory published when the pod asks
+    for GPU memory. The node filter and explanations both read these."""
+    causes = [
+        (NodeFilterCause.UNSCHEDULABLE, table.schedulable, "unschedulable, not ready or under pressure"),
+        (
+            NodeFilterCause.NODE_AFFINITY,
+            np.array([matches_affinity(spec, node) for node in table.specs], dtype=bool),
+            "node selector, required node affinity or a volume's node affinity does not match",
+        ),
+        (
+            NodeFilterCause.TAINTS,
+            np.array([tolerates(spec, node) for node in table.specs], dtype=bool),
+            "a taint the pod does not tolerate",
+        ),
+    ]
+    if spec.gpu_memory_mib > 0:
+        causes.append(
+            (NodeFilterCause.GPU_MEMORY_UNKNOWN, table.gpu_memory_synced, "no nvidia.com/gpu.memory label")
+        )
+    return causes
 
 
 class TableMemo:
