@@ -61,9 +61,31 @@ def allocate_job(
         reason = place_task(session, statement, task, node_mask, pipeline_only)
         if reason:
             statement.rollback(checkpoint)
+            if _in_some_domain(session, statement, tasks, node_mask, pipeline_only):
+                return True
             session.note_reason(job, _gang_reason(job, len(tasks), placed, reason))
             return False
     return True
+
+
+def _in_some_domain(
+    session: Session,
+    statement: Statement,
+    tasks: list[Task],
+    node_mask: np.ndarray | None,
+    pipeline_only: bool,
+) -> bool:
+    """A gang whose pods require each other's company, tried whole in each domain that could hold
+    it (`PodConstraints.self_affine_domains`); only asked after the plain attempt failed."""
+    constraints = session.pod_constraints
+    if constraints is None:
+        return False
+    for domain in constraints.self_affine_domains(tasks, node_mask):
+        checkpoint = statement.checkpoint()
+        if all(place_task(session, statement, task, domain, pipeline_only) is None for task in tasks):
+            return True
+        statement.rollback(checkpoint)
+    return False
 
 
 class _GroupWalk:

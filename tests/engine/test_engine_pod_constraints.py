@@ -229,3 +229,16 @@ def test_node_refusals_count_each_cause_on_its_own() -> None:
         (NodeFilterCause.HOST_PORTS, 1, "host port 80/TCP in use"),
         (NodeFilterCause.INSUFFICIENT_RESOURCES, 4, "insufficient rdma/hca"),
     }
+
+
+def test_a_gang_that_needs_its_own_company_is_tried_in_every_domain() -> None:
+    together = PodAffinitySpec(required=(web("app", "team", ZONE),))
+    builder = cluster().queue("q")
+    builder.node("a-big", gpus=2, labels={HOST: "a-big", ZONE: "a"})
+    builder.node("b-1", gpus=2, labels={HOST: "b-1", ZONE: "b"})
+    builder.node("b-2", gpus=2, labels={HOST: "b-2", ZONE: "b"})
+    builder.job("team", queue="q", gpus=1, pods=0)
+    for _ in range(4):
+        builder.task(labels={"app": "team"}, pod_affinity=together)
+    placed = binds(run_cycle(builder.build()))
+    assert sorted(placed.values()) == ["b-1", "b-1", "b-2", "b-2"]

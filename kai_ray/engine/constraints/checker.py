@@ -122,6 +122,41 @@ class PodConstraints:
             if (outcome.cause, outcome.message) in counted
         ]
 
+    def self_affine_domains(self, tasks: list[Task], node_mask: np.ndarray | None) -> list[np.ndarray]:
+        """For a gang whose pods require each other's company (a required affinity term that
+        selects the gang's own pods, with no selected pod placed yet): each domain of the term's
+        key that could hold the whole gang, as a row mask, most packed first, ties by name.
+
+        Kubernetes lets the first such pod go anywhere and the rest must follow it, so a gang
+        placed pod by pod fails whenever the first pod's domain is too small; trying each domain
+        in turn finds the one that holds it all (beyond KAI, whose issue #165 describes this)."""
+        if not self.checks_predicates or not tasks:
+            return []
+        first = tasks[0]
+        affinity = first.spec.pod_affinity
+        if affinity is None:
+            return []
+        pods = [PodView(task.spec, task.job.spec.namespace) for task in tasks]
+        term = next((t for t in affinity.required if all(rules.term_selects(t, pod) for pod in pods)), None)
+        if term is None:
+            return []
+        codes, counts = rules.per_domain(self.index, self.facts, term)
+        if counts.sum() > 0:
+            return []
+        request = np.sum([task.request for task in tasks], axis=0)
+        nodes = self.session.nodes
+        free = nodes.idle + nodes.releasing
+        usable = codes >= 0 if node_mask is None else (codes >= 0) & node_mask
+        _, values = self.facts.domains(term.topology_key)
+        candidates = []
+        for code, value in enumerate(values):
+            rows = usable & (codes == code)
+            room = free[rows].sum(axis=0)
+            if np.all(room + 1e-9 >= request):
+                candidates.append((float(room.sum()), value, rows))
+        candidates.sort(key=lambda candidate: (candidate[0], candidate[1]))
+        return [rows for _, _, rows in candidates]
+
     def _selecting(self, pod: PodView, uid: int) -> list[tuple[PodAffinityTerm, np.ndarray]]:
         """Required anti-affinity terms of pods on nodes that select this pod."""
         if not self.checks_predicates:
