@@ -16,7 +16,7 @@ from kai_ray.cluster.sim.scenario import (
     is_scenario_file,
     load_scenario,
 )
-from kai_ray.model.objects import UNLIMITED, TaskStatus
+from kai_ray.model.objects import UNLIMITED, LabelSelector, PodAffinitySpec, PodAffinityTerm, TaskStatus
 
 pytestmark = pytest.mark.unit
 
@@ -293,3 +293,81 @@ def test_every_shared_scenario_loads() -> None:
     for path in paths:
         scenario = load_scenario(path)
         assert scenario.state.nodes and scenario.state.queues, path
+
+
+AFFINITY = CONFORMANCE / "affinity"
+DATABASE = LabelSelector(match_labels=(("app", "database"),))
+
+
+@pytest.mark.skipif(not AFFINITY.is_dir(), reason="shared conformance corpus not present")
+@pytest.mark.parametrize(
+    ("name", "others"),
+    [
+        ("pod-anti-affinity-scheduling.yaml", ["existing-database-0"]),
+        (
+            "pod-affinity-and-anti-affinity-scheduling-makes-job-stay-pending.yaml",
+            ["existing-database-0", "existing-web-server-0"],
+        ),
+    ],
+)
+def test_an_affinity_scenarios_tasks_carry_labels_and_required_terms(name: str, others: list[str]) -> None:
+    tasks = {task.name: task for job in load_scenario(AFFINITY / name).state.jobs for task in job.tasks}
+    pending = tasks.pop("affinity-job-0")
+    assert pending.labels == {"job-name": "affinity-job-0", "app": "database"}
+    own = frozenset({""})  # the jobs' namespace is ''
+    assert pending.pod_affinity == PodAffinitySpec(
+        required=(PodAffinityTerm("topology.kubernetes.io/zone", DATABASE, own),),
+        required_anti=(PodAffinityTerm("kai.scheduler/type", DATABASE, own),),
+    )
+    assert sorted(tasks) == others
+    for other, task in tasks.items():
+        assert task.labels == {"job-name": other, "app": "database"} and task.pod_affinity is None
+
+
+def affinity_variant(**term: Any) -> dict[str, Any]:
+    """BASE with job1 (namespace ml) in a pod anti-affinity term of job0's pending task."""
+    scenario = copy.deepcopy(BASE)
+    task = scenario["jobs"][0]["tasks"][1]
+    selector = {"matchLabels": {"app": "x"}}
+    rule = {"labelSelector": selector, "topologyKey": "kai.scheduler/type", **term}
+    task.update(
+        labels={"app": "x"}, podAntiAffinity={"requiredDuringSchedulingIgnoredDuringExecution": [rule]}
+    )
+    scenario["jobs"][1]["tasks"][0].update(
+        labels={"app": "x"}, podAffinity={"requiredDuringSchedulingIgnoredDuringExecution": [rule]}
+    )
+    return scenario
+
+
+def test_a_terms_namespaces_default_to_its_jobs_namespace(tmp_path: Path) -> None:
+    job0, job1 = load_scenario(write(tmp_path, affinity_variant())).state.jobs
+    assert job0.tasks[0].pod_affinity is None
+    spec0, spec1 = job0.tasks[1].pod_affinity, job1.tasks[0].pod_affinity
+    assert spec0 is not None and spec0.required_anti[0].namespaces == frozenset({""})
+    assert spec1 is not None and spec1.required[0].namespaces == frozenset({"ml"})
+    listed = load_scenario(write(tmp_path, affinity_variant(namespaces=["ml", "web"]))).state.jobs[0]
+    spec = listed.tasks[1].pod_affinity
+    assert spec is not None and spec.required_anti[0].namespaces == frozenset({"ml", "web"})
+
+
+def test_a_bad_affinity_term_is_a_scenario_error_naming_the_task(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match=r"job0-1.*topologyKey: required"):
+        load_scenario(write(tmp_path, affinity_variant(topologyKey="")))
+
+
+def test_extended_resources_of_nodes_and_tasks(tmp_path: Path) -> None:
+    scenario = copy.deepcopy(BASE)
+    scenario["nodes"][0]["extendedResources"] = {"nvidia.com/mig-1g.10gb": 3, "nvidia.com/mig-2g.20gb": 0}
+    scenario["jobs"][0]["tasks"][1]["extendedResources"] = {"nvidia.com/mig-1g.10gb": 1, "rdma/hca": 0}
+    state = load_scenario(write(tmp_path, scenario)).state
+    assert state.nodes[0].extended == {"nvidia.com/mig-1g.10gb": 3.0, "nvidia.com/mig-2g.20gb": 0.0}
+    assert state.jobs[0].tasks[1].extended == (("nvidia.com/mig-1g.10gb", 1.0),)
+    assert state.jobs[0].tasks[0].extended == () and state.jobs[0].tasks[0].labels == {}
+
+
+@pytest.mark.skipif(not CONFORMANCE.is_dir(), reason="shared conformance corpus not present")
+def test_a_mig_scenario_carries_its_profile_counts() -> None:
+    state = load_scenario(CONFORMANCE / "mig" / "mig-job-requesting-unavailable-mig-device.yaml").state
+    assert state.nodes[0].extended == {"nvidia.com/mig-1g.5gb": 1.0}
+    (pending,) = [task for job in state.jobs for task in job.tasks if task.name == "pending_job-0"]
+    assert pending.extended == (("nvidia.com/mig-1g.10gb", 1.0),) and pending.gpu == 0

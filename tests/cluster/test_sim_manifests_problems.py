@@ -135,13 +135,184 @@ def annotated(**annotations: str) -> dict[str, Any]:
                 )
             ],
             f"{POD}: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-            ".nodeSelectorTerms[1].matchFields[0].key: only metadata.name is supported, got 'spec.unschedulable'",
+            ".nodeSelectorTerms[1].matchFields[0].key:"
+            " only metadata.name is supported, got 'spec.unschedulable'",
         ),
     ],
 )
 def test_each_bad_object_gives_one_precise_problem(objects: list[dict[str, Any]], expected: str) -> None:
     _, problems = base(*objects)
     assert problems == [expected]
+
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+LABEL_OPERATORS = "(known: In, NotIn, Exists, DoesNotExist)"
+NODE_TERM = f"spec.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0]"
+SPREAD = "spec.topologySpreadConstraints[0]"
+
+
+def pod_term(**fields: Any) -> dict[str, Any]:
+    return {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone", **fields}
+
+
+def pod_rules(kind: str, term: dict[str, Any], weight: int | None = None) -> dict[str, Any]:
+    """`spec` fields giving the pod one `kind` (podAffinity, podAntiAffinity) term: required, or
+    preferred with `weight`."""
+    if weight is None:
+        rules = {REQUIRED: [term]}
+    else:
+        rules = {PREFERRED: [{"weight": weight, "podAffinityTerm": term}]}
+    return {"affinity": {kind: rules}}
+
+
+def node_rule(operator: str, values: list[str], weight: int | None = None) -> dict[str, Any]:
+    expression = {"key": "gpu", "operator": operator, "values": values}
+    if weight is None:
+        rules: dict[str, Any] = {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}}
+    else:
+        rules = {PREFERRED: [{"weight": weight, "preference": {"matchExpressions": [expression]}}]}
+    return {"affinity": {"nodeAffinity": rules}}
+
+
+def selector_rule(*expressions: dict[str, Any]) -> dict[str, Any]:
+    return pod_rules("podAntiAffinity", pod_term(labelSelector={"matchExpressions": list(expressions)}))
+
+
+def spread(**fields: Any) -> dict[str, Any]:
+    constraint = {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule", **fields}
+    return {"topologySpreadConstraints": [constraint]}
+
+
+def ports(*entries: dict[str, Any], init: bool = False) -> dict[str, Any]:
+    container = {"name": "main", "ports": list(entries)}
+    return {"initContainers": [container]} if init else {"containers": [container]}
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (
+            selector_rule({"key": "app", "operator": "Has", "values": ["db"]}),
+            f"spec.affinity.podAntiAffinity.{REQUIRED}[0].labelSelector.matchExpressions[0].operator:"
+            f" unknown value 'Has' {LABEL_OPERATORS}",
+        ),
+        (
+            selector_rule({"key": "app", "operator": "In"}),
+            f"spec.affinity.podAntiAffinity.{REQUIRED}[0].labelSelector.matchExpressions[0].values:"
+            " required with operator In",
+        ),
+        (
+            selector_rule({"key": "app", "operator": "NotIn", "values": []}),
+            f"spec.affinity.podAntiAffinity.{REQUIRED}[0].labelSelector.matchExpressions[0].values:"
+            " required with operator NotIn",
+        ),
+        (
+            selector_rule({"key": "app", "operator": "Exists", "values": ["db"]}),
+            f"spec.affinity.podAntiAffinity.{REQUIRED}[0].labelSelector.matchExpressions[0].values:"
+            " must be empty with operator Exists",
+        ),
+        (
+            pod_rules(
+                "podAffinity",
+                pod_term(
+                    namespaceSelector={"matchExpressions": [{"key": "t", "operator": "Gt", "values": ["1"]}]}
+                ),
+            ),
+            f"spec.affinity.podAffinity.{REQUIRED}[0].namespaceSelector.matchExpressions[0].operator:"
+            f" unknown value 'Gt' {LABEL_OPERATORS}",
+        ),
+        (
+            pod_rules("podAffinity", pod_term(topologyKey="")),
+            f"spec.affinity.podAffinity.{REQUIRED}[0].topologyKey: required",
+        ),
+        (
+            pod_rules("podAntiAffinity", pod_term(topologyKey=""), weight=10),
+            f"spec.affinity.podAntiAffinity.{PREFERRED}[0].podAffinityTerm.topologyKey: required",
+        ),
+        (
+            pod_rules("podAffinity", pod_term(), weight=0),
+            f"spec.affinity.podAffinity.{PREFERRED}[0].weight: must be between 1 and 100, got 0",
+        ),
+        (
+            pod_rules("podAffinity", {"topologyKey": "zone", "matchLabelKeys": ["rev"]}),
+            f"spec.affinity.podAffinity.{REQUIRED}[0].matchLabelKeys:"
+            " must not be set without a labelSelector",
+        ),
+        (
+            pod_rules("podAffinity", pod_term(matchLabelKeys=["rev"], mismatchLabelKeys=["rev"])),
+            f"spec.affinity.podAffinity.{REQUIRED}[0].mismatchLabelKeys: 'rev' is also in matchLabelKeys",
+        ),
+        (
+            node_rule("Near", ["x"]),
+            f"{NODE_TERM}.operator: unknown value 'Near' (known: In, NotIn, Exists, DoesNotExist, Gt, Lt)",
+        ),
+        (node_rule("In", []), f"{NODE_TERM}.values: required with operator In"),
+        (node_rule("DoesNotExist", ["x"]), f"{NODE_TERM}.values: must be empty with operator DoesNotExist"),
+        (node_rule("Gt", ["1", "2"]), f"{NODE_TERM}.values: takes exactly one value with operator Gt"),
+        (
+            node_rule("In", ["x"], weight=101),
+            f"spec.affinity.nodeAffinity.{PREFERRED}[0].weight: must be between 1 and 100, got 101",
+        ),
+        (
+            node_rule("Lt", [], weight=1),
+            f"spec.affinity.nodeAffinity.{PREFERRED}[0].preference.matchExpressions[0].values:"
+            " takes exactly one value with operator Lt",
+        ),
+        (spread(maxSkew=0), f"{SPREAD}.maxSkew: must be at least 1, got 0"),
+        (spread(topologyKey=""), f"{SPREAD}.topologyKey: required"),
+        (
+            spread(whenUnsatisfiable="Sometimes"),
+            f"{SPREAD}.whenUnsatisfiable: unknown value 'Sometimes' (known: DoNotSchedule, ScheduleAnyway)",
+        ),
+        (spread(minDomains=0), f"{SPREAD}.minDomains: must be at least 1, got 0"),
+        (
+            spread(minDomains=2, whenUnsatisfiable="ScheduleAnyway"),
+            f"{SPREAD}.minDomains: only allowed with whenUnsatisfiable: DoNotSchedule",
+        ),
+        (
+            spread(nodeAffinityPolicy="Always"),
+            f"{SPREAD}.nodeAffinityPolicy: unknown value 'Always' (known: Honor, Ignore)",
+        ),
+        (
+            spread(nodeTaintsPolicy="honor"),
+            f"{SPREAD}.nodeTaintsPolicy: unknown value 'honor' (known: Honor, Ignore)",
+        ),
+        (
+            spread(
+                labelSelector={"matchExpressions": [{"key": "app", "operator": "Exists", "values": ["x"]}]}
+            ),
+            f"{SPREAD}.labelSelector.matchExpressions[0].values: must be empty with operator Exists",
+        ),
+        (spread(matchLabelKeys=["rev"]), f"{SPREAD}.matchLabelKeys: must not be set without a labelSelector"),
+        (
+            {"topologySpreadConstraints": [spread()["topologySpreadConstraints"][0]] * 2},
+            "spec.topologySpreadConstraints[1]: a second constraint on 'zone' with DoNotSchedule",
+        ),
+        (
+            ports({"containerPort": 80, "hostPort": 65536}),
+            "spec.containers[0].ports[0].hostPort: must be between 1 and 65535, got 65536",
+        ),
+        (
+            ports({"containerPort": 80, "hostPort": -1}),
+            "spec.containers[0].ports[0].hostPort: must be between 1 and 65535, got -1",
+        ),
+        (
+            ports({"containerPort": 80}, {"containerPort": 81, "protocol": "HTTP"}),
+            "spec.containers[0].ports[1].protocol: unknown value 'HTTP' (known: TCP, UDP, SCTP)",
+        ),
+        (
+            ports({"containerPort": 80, "hostPort": 80, "protocol": "tcp"}, init=True),
+            "spec.initContainers[0].ports[0].protocol: unknown value 'tcp' (known: TCP, UDP, SCTP)",
+        ),
+    ],
+)
+def test_each_constraint_the_api_server_refuses_is_reported_and_the_rest_scheduled(
+    spec: dict[str, Any], expected: str
+) -> None:
+    state, problems = base(pod("p", **spec), pod("ok", gpus=1))
+    assert problems == [f"{POD}: {expected}"]
+    assert [task.name for job in state.jobs for task in job.tasks] == ["ok"]
 
 
 def test_every_queue_of_a_parent_cycle_is_reported() -> None:

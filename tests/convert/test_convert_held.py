@@ -8,8 +8,9 @@ import pytest
 from manifest_builders import convert, node, pod, podgroup, queue
 
 from kai_ray.api.config import SchedulerConfig
+from kai_ray.cluster.sim.simulator import SimulatedCluster
 from kai_ray.engine.cycle import open_session, schedule
-from kai_ray.model.objects import ClusterState, TaskStatus
+from kai_ray.model.objects import ClusterState, HostPort, TaskStatus
 from kai_ray.model.snapshot import compile_snapshot
 
 pytestmark = pytest.mark.unit
@@ -124,3 +125,71 @@ def test_only_ready_nodes_without_pressure_take_pods(conditions: list[dict[str, 
     state, problems = convert(team(), node("n1", gpus=8, conditions=conditions), pod("p", gpus=1))
     assert problems == [] and state.nodes[0].ready is usable
     assert free_gpus_after(state, "p") == ({"p": "n1"} if usable else {})
+
+
+def constrained(body: dict[str, Any], host_port: int = 8080) -> dict[str, Any]:
+    """The pod with labels, a host port, an extended request and required anti-affinity."""
+    body["metadata"]["labels"] = {**body["metadata"]["labels"], "app": "db"}
+    container = body["spec"]["containers"][0]
+    container["ports"] = [{"containerPort": 80, "hostPort": host_port}]
+    container["resources"]["requests"]["rdma/hca"] = "1"
+    anti = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}
+    body["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [anti]}}
+    return body
+
+
+def held_constraints(state: ClusterState) -> dict[str, tuple[Any, ...]]:
+    """Per held pod: its app label, host ports, extended requests and anti-affinity namespaces."""
+    found = {}
+    for held in state.held:
+        task = held.task
+        anti = task.pod_affinity.required_anti if task.pod_affinity else ()
+        found[held.key] = (
+            task.labels.get("app"),
+            task.host_ports,
+            task.extended,
+            tuple(term.namespaces for term in anti),
+        )
+    return found
+
+
+def test_a_held_pod_keeps_what_binds_the_pods_beside_it() -> None:
+    """Kubernetes applies a pod's labels, host ports, extended requests and required anti-affinity
+    to every pod on its node, whoever scheduled it and whether or not we can read the rest."""
+    state, problems = convert(
+        team(),
+        node("n1", gpus=8),
+        constrained(foreign("web", gpus=1)),
+        constrained(running(pod("bad-fraction", annotations={"gpu-fraction": "lots"}))),
+        constrained(running(pod("bad-port", gpus=1)), host_port=70000),
+    )
+    assert [problem.split(": ")[2] for problem in problems] == [
+        "metadata.annotations.gpu-fraction",
+        "spec.containers[0].ports[0].hostPort",
+    ]
+    expected = (frozenset({"other"}),)
+    assert held_constraints(state) == {
+        "other/web": ("db", (HostPort(8080),), (("rdma/hca", 1.0),), expected),
+        "team-a/bad-fraction": ("db", (HostPort(8080),), (("rdma/hca", 1.0),), (frozenset({"team-a"}),)),
+        "team-a/bad-port": ("db", (), (("rdma/hca", 1.0),), (frozenset({"team-a"}),)),
+    }
+
+
+def test_a_pod_created_on_a_node_is_bound_there_and_counts_there() -> None:
+    """`spec.nodeName` set at creation is a bind to Kubernetes (the kubelet starts the pod): the
+    pod is ours, BOUND to that node, never placed again, and what it requests is taken there."""
+    state, problems = convert(
+        team(),
+        node("n1", gpus=8),
+        node("n2", gpus=8),
+        pod("pinned", gpus=6, nodeName="n1"),
+        pod("other", gpus=4),
+    )
+    assert problems == []
+    pinned = next(task for job in state.jobs for task in job.tasks if task.name == "pinned")
+    assert (pinned.status, pinned.node) == (TaskStatus.BOUND, "n1")
+    sim = SimulatedCluster(state, SchedulerConfig())
+    results = sim.run(3)
+    assert all(b.task != "pinned" for result in results for b in result.plan.binds)
+    assert [(b.task, b.node) for b in results[0].plan.binds] == [("other", "n2")]  # n1 has 2 GPUs left
+    assert (pinned.status, pinned.node) == (TaskStatus.BOUND, "n1")
