@@ -282,14 +282,15 @@ class LiveCluster:
         self._pods[kind][key] = _PodRecord(model)
         self._dirty_pods.add((kind, key))
         pod = model.obj
+        shown = pod if isinstance(pod, Pod) else model.occupant
+        if shown is not None and shown.metadata.deletion_timestamp is not None:
+            self._deleting.add((kind, key))  # its status follows the clock, rejected or not
         if not isinstance(pod, Pod):
             return
         group = pod_group_key(pod)
         if group is not None:
             self._members.setdefault(group, set()).add((_POD_KINDS.index(kind), key))
             self._dirty_jobs.add(group)
-        if pod.metadata.deletion_timestamp is not None:
-            self._deleting.add((kind, key))
         if reads_namespaces(pod.spec):
             self._namespace_readers.add((kind, key))
 

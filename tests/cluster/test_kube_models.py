@@ -22,7 +22,7 @@ from kai_ray.cluster.kube.snapshot import CacheReader, snapshot
 from kai_ray.convert import cluster_from_manifest_set, occupancy_only
 from kai_ray.convert.live import KIND_ORDER, LiveCluster, ObjectModel
 from kai_ray.engine.cycle import schedule
-from kai_ray.model.objects import ClusterState
+from kai_ray.model.objects import ClusterState, TaskStatus
 from kai_ray.model.snapshot import Snapshot, SnapshotCompiler, compile_snapshot
 
 pytestmark = pytest.mark.unit
@@ -79,6 +79,20 @@ def test_a_pod_the_models_reject_is_reported_and_still_counted() -> None:
     assert [job.name for job in state.jobs] == ["p"] and [n.name for n in state.nodes] == ["n1", "n2"]
     plan = schedule(compile_snapshot(state), SchedulerConfig())
     assert [(b.task, b.node) for b in plan.binds] == [("p", "n2")]  # n1 is full with the rejected pod
+
+
+def test_a_rejected_pod_being_deleted_turns_stuck_in_releasing_as_the_clock_moves() -> None:
+    """What a rejected pod occupies is read again every cycle while it is being deleted, as a
+    read pod's is: its status follows the clock."""
+    strange = pod("strange", gpus=8, tolerations=[{"key": "k", "value": 5}], nodeName="n1")
+    strange["status"] = {"phase": "Running"}
+    strange["metadata"]["deletionTimestamp"] = rfc3339(0.0)
+    reader = CacheReader("kai-scheduler")
+    cache = filled([node("n1"), strange])
+    first, _ = reader.read(cache, now=60.0)
+    later, _ = reader.read(cache, now=200.0)
+    assert [h.task.status for h in first.held] == [TaskStatus.RELEASING]
+    assert [h.task.status for h in later.held] == [TaskStatus.STUCK_IN_RELEASING]
 
 
 def test_a_change_converts_again_only_what_it_can_affect() -> None:
