@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -115,3 +116,30 @@ def test_bench_command_emits_a_scenario_without_timing(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "pods/s" not in result.stdout
     assert yaml.safe_load(out.read_text())["name"] == "gang-2"
+
+
+def test_pod_labels_required_terms_and_extended_resources_load_back(
+    tmp_path: Path, check: ModuleType
+) -> None:
+    """The affinity shape without its preferred terms (the format has none), with MIG profiles
+    on its nodes and one in each pod's requests."""
+    shape = build_shape("affinity-4x8")
+    profiles = {"nvidia.com/mig-1g.10gb": 3.0, "nvidia.com/mig-2g.20gb": 0.0}
+    shape.state.nodes = [replace(node, extended=profiles) for node in shape.state.nodes]
+    for job in shape.state.jobs:
+        for task in job.tasks:
+            assert task.pod_affinity is not None and task.labels
+            task.pod_affinity = replace(task.pod_affinity, preferred=())
+            task.extended = (("nvidia.com/mig-1g.10gb", 1.0),)
+    path = tmp_path / "affinity.yaml"
+    write_scenario(shape, path)
+    check.validate(yaml.safe_load(path.read_text()))
+    assert load_scenario(path).state == shape.state
+
+
+@pytest.mark.parametrize(
+    ("name", "missing"), [("affinity-4x8", "preferred pod"), ("spread-4x8", "topology spread")]
+)
+def test_a_constraint_the_format_cannot_state_is_refused(name: str, missing: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=f"the scenario format has no {missing}"):
+        write_scenario(build_shape(name), tmp_path / "shape.yaml")
