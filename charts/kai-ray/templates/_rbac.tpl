@@ -21,6 +21,10 @@ tests/helm/test_chart_rbac.py renders the chart and compares these rules with th
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get, list, watch]
+# Namespaces: their labels, which inter-pod affinity terms' namespaceSelectors match.
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

@@ -110,6 +110,7 @@ RESOURCES: Final[Mapping[str, Resource]] = {
         Resource("Pod", CORE_API_VERSION, "pods", namespaced=True),
         Resource("Pod", CORE_API_VERSION, "pods", namespaced=True, name=FOREIGN_POD),
         Resource("Node", CORE_API_VERSION, "nodes", namespaced=False),
+        Resource("Namespace", CORE_API_VERSION, "namespaces", namespaced=False),
         Resource("Queue", QUEUE_API_VERSION, "queues", namespaced=False),
         Resource("PodGroup", PODGROUP_API_VERSION, "podgroups", namespaced=True),
         Resource("BindRequest", BINDREQUEST_API_VERSION, "bindrequests", namespaced=True),
@@ -187,7 +188,7 @@ class _MissingKind(Exception):
 
 
 class ClusterCache:
-    """List+watch of Pods (of one scheduler), Nodes, Queues, PodGroups, BindRequests,
+    """List+watch of Pods (of one scheduler), Nodes, Namespaces, Queues, PodGroups, BindRequests,
     PriorityClasses and Topologies, one background thread per kind. Thread-safe.
 
     `namespace` restricts the namespaced kinds to one namespace (cluster-scoped
@@ -546,6 +547,8 @@ class ClusterCache:
             core = client.CoreV1Api(self._watch_api)
             if resource.kind == "Node":
                 return core.list_node
+            if resource.kind == "Namespace":
+                return core.list_namespace
             if ns:
                 return functools.partial(core.list_namespaced_pod, ns)
             return core.list_pod_for_all_namespaces

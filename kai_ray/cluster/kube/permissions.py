@@ -56,6 +56,8 @@ SCHEDULER_PERMISSIONS: tuple[Permission, ...] = (
     *_each("", "pods", ("create",), "eviction"),
     *_each("", "pods", ("patch",), "status"),
     *_each("", "nodes", ("get", "list", "watch")),
+    # Namespaces: their labels, which inter-pod affinity terms' namespaceSelectors match.
+    *_each("", "namespaces", ("list", "watch")),
     *_each("", "events", ("create",)),
     *_each("scheduling.k8s.io", "priorityclasses", ("list", "watch")),
     *_each("kai.scheduler", "topologies", ("list", "watch")),
