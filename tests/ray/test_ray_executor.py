@@ -22,6 +22,7 @@ from shard_clusters import facts, many_nodes
 from typer.testing import CliRunner
 
 from kai_ray.api.constants import NODE_POOL_LABEL
+from kai_ray.bench.shapes import build_shape
 from kai_ray.cli import app
 from kai_ray.cluster.sim.scenario import load_scenario
 from kai_ray.cluster.sim.simulator import SimulatedCluster
@@ -82,6 +83,19 @@ def test_plans_match_in_process_ranking_for_any_shard_count(
     assert facts(sharded) == facts(local)
     assert local.binds
     assert executor.batches_answered == 1
+    assert not executor.faults
+
+
+@pytest.mark.parametrize("shape", ["affinity-12x64", "spread-12x64"])
+def test_pod_rules_give_the_in_process_plan_with_shards(
+    shape: str, sharded: Callable[[int], RayExecutor]
+) -> None:
+    built = build_shape(shape)
+    local = schedule(compile_snapshot(copy.deepcopy(built.state)), built.config)
+    executor = sharded(2)
+    with_shards = schedule(compile_snapshot(copy.deepcopy(built.state)), built.config, executor)
+    assert facts(with_shards) == facts(local)
+    assert len(local.binds) == 64
     assert not executor.faults
 
 
