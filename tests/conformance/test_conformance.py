@@ -18,7 +18,7 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "conformance"
 KAI_RAY = Path(sys.executable).parent / "kai-ray"
 
 MIN_PASS = {
-    "affinity": 0,
+    "affinity": 2,
     "allocate": 13,
     "consolidation": 6,
     "elastic": 12,
@@ -29,13 +29,13 @@ MIN_PASS = {
     "integration-consolidation": 6,
     "integration-deletion": 3,
     "integration-dra": 2,
-    "integration-mig": 1,
+    "integration-mig": 5,
     "integration-numa": 0,
     "integration-preempt": 9,
     "integration-reclaim": 27,
     "integration-stalegangeviction": 1,
     "integration-topology": 3,
-    "mig": 1,
+    "mig": 4,
     "numa": 0,
     "preempt": 5,
     "reclaim": 19,
