@@ -174,6 +174,7 @@ def create_gpu_node(
     pods: int = 256,
     labels: Mapping[str, str] | None = None,
     ready: bool = True,
+    extended: Mapping[str, str] | None = None,
 ) -> Any:
     """Create a fake GPU Node (status included) managed by the pod runner; returns the V1Node.
 
@@ -181,10 +182,17 @@ def create_gpu_node(
     ``nvidia.com/gpu`` and the ``nvidia.com/gpu.memory``/``gpu.count``/``gpu.product`` labels.
     It is untainted, because no node-lifecycle controller runs here.  ``ready=False`` leaves
     the Ready condition to the pod runner (kwok's node-initialize stage or the fake kubelet).
+    ``extended`` adds allocatable resources of other names (``rdma/hca``, ``hugepages-2Mi``).
     """
     from kubernetes import client
 
-    resources = {"cpu": cpu, "memory": memory, "pods": str(pods), "nvidia.com/gpu": str(gpus)}
+    resources = {
+        "cpu": cpu,
+        "memory": memory,
+        "pods": str(pods),
+        "nvidia.com/gpu": str(gpus),
+        **(extended or {}),
+    }
     node_labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
