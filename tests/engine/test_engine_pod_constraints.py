@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from builders import ClusterBuilder, binds, cluster, config, find_task, open_session, pipelined, run_cycle
 
@@ -11,12 +13,15 @@ from kai_ray.engine.reasons import NodeFilterCause
 from kai_ray.engine.statement import Statement
 from kai_ray.model.objects import AffinityRequirement as Req
 from kai_ray.model.objects import (
+    HeldPod,
     HostPort,
     LabelSelector,
     PodAffinitySpec,
     PodAffinityTerm,
     PreferredNodeTerm,
     SpreadConstraint,
+    Taint,
+    TaskSpec,
     TaskStatus,
 )
 from kai_ray.model.objects import NodeSelectorTerm as Term
@@ -242,3 +247,45 @@ def test_a_gang_that_needs_its_own_company_is_tried_in_every_domain() -> None:
         builder.task(labels={"app": "team"}, pod_affinity=together)
     placed = binds(run_cycle(builder.build()))
     assert sorted(placed.values()) == ["b-1", "b-1", "b-2", "b-2"]
+
+
+def test_a_term_selects_only_pods_of_its_namespaces() -> None:
+    other_namespace = PodAffinityTerm(
+        HOST, LabelSelector(match_labels=(("app", "web"),)), frozenset({"prod"})
+    )
+    builder = nodes(cluster(), count=2)
+    builder.job("dev-web", queue="q", gpus=1, pods=0, namespace="dev")
+    builder.task(status=S.RUNNING, node="n0", labels={"app": "web"})
+    builder.job("prod-web", queue="q", gpus=1, pods=0, namespace="prod")
+    builder.task(status=S.RUNNING, node="n1", labels={"app": "web"})
+    lone_pods(builder, "p", 1, pod_affinity=PodAffinitySpec(required_anti=(other_namespace,)))
+    assert binds(run_cycle(builder.build())) == {"p0-0": "n0"}
+
+
+def test_another_schedulers_pod_counts_for_affinity_ports_and_resources() -> None:
+    builder = nodes(cluster(), count=2)
+    builder.node("n2", gpus=8, labels={HOST: "n2"}, extended={"rdma/hca": 1.0})
+    lone_pods(
+        builder, "p", 1, pod_affinity=ANTI_WEB, host_ports=(HostPort(80),), extended=(("rdma/hca", 1.0),)
+    )
+    state = builder.build()
+    foreign = TaskSpec(
+        name="other", status=S.RUNNING, node="n2", labels={"app": "web"}, extended=(("rdma/hca", 1.0),)
+    )
+    state.held.append(HeldPod("kube-system", foreign, foreign=True))
+    plan = run_cycle(state)
+    assert plan.binds == []
+    reason = plan.pending_reasons["p0"].message
+    assert "insufficient rdma/hca" in reason
+
+
+def test_spread_honours_taints_only_when_the_policy_says_so() -> None:
+    selector = LabelSelector(match_labels=(("app", "web"),))
+    builder = cluster().queue("q")
+    builder.node("a0", gpus=8, labels={HOST: "a0", ZONE: "a"})
+    builder.node("b0", gpus=8, labels={HOST: "b0", ZONE: "b"}, taints=[Taint("dedicated", "x", "NoSchedule")])
+    builder.job("w", queue="q", gpus=1, pods=0).task(status=S.RUNNING, node="a0", labels={"app": "web"})
+    for honor, expected in ((False, set()), (True, {"a0"})):
+        rule = SpreadConstraint(1, ZONE, selector, honor_node_taints=honor)
+        state = lone_pods(copy.deepcopy(builder), "p", 1, labels={"app": "web"}, spread=(rule,)).build()
+        assert set(binds(run_cycle(state)).values()) == expected
