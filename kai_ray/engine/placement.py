@@ -2,8 +2,8 @@
 
 Node filtering and scoring are array expressions over all nodes; only the
 shared-GPU device choice walks candidates, because it depends on per-GPU
-bookkeeping. Returns a reason string on failure so a pending job can
-always say why.
+bookkeeping. Returns a `PendingReason` on failure so a pending job can
+always say why; when no node fits, it carries each cause's refused nodes.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from kai_ray.engine.constraints import Verdict
+from kai_ray.engine.explanation import node_refusals
 from kai_ray.engine.jobs import RequestFloats, Task
 from kai_ray.engine.node_finder import score_rows
 from kai_ray.engine.nodes import GpuGroup
+from kai_ray.engine.reasons import NodeRefusal, PendingCause, PendingReason
 from kai_ray.engine.session import Session
 from kai_ray.engine.statement import Statement
 from kai_ray.model.resources import EPSILON, GPU, PODS
@@ -36,7 +38,7 @@ def place_task(
     node_mask: np.ndarray | None,
     pipeline_only: bool,
     bonus: np.ndarray | None = None,
-) -> str | None:
+) -> PendingReason | None:
     """`bonus`: extra score per node row (a topology plugin's ordering inside the chosen domain).
 
     A pod that a rule reading other pods concerns (`PodConstraints.verdict`) has the rows the rule
@@ -45,26 +47,28 @@ def place_task(
     for plugin in session.hooked["pre_predicate"]:
         reason = plugin.pre_predicate(task)
         if reason:
-            return reason
+            return PendingReason(PendingCause.NO_ROOM, reason)
     domain_mask = node_mask
     verdict = None
     constraints = session.pod_constraints
     if constraints is not None:
         verdict = constraints.verdict(task)
-        if verdict is not None:
-            node_mask = verdict.admits if node_mask is None else node_mask & verdict.admits
-            if verdict.bonus is not None:
-                bonus = verdict.bonus if bonus is None else bonus + verdict.bonus
+        if verdict is not None and verdict.bonus is not None:
+            bonus = verdict.bonus if bonus is None else bonus + verdict.bonus
+    walks = verdict is not None and node_mask is None and bonus is None and not task.is_shared_gpu
+    if verdict is not None and not walks:
+        node_mask = verdict.admits if node_mask is None else node_mask & verdict.admits
     if task.is_shared_gpu:
         ranked = _ranked_rows(session, task, node_mask, bonus)
         first = next(ranked, None)
         if first is None:
             return _no_node_fits(session, task, domain_mask)
-        return _place_shared(session, statement, task, first, ranked, pipeline_only, verdict)
-    if node_mask is None and bonus is None:
+        failure = _place_shared(session, statement, task, first, ranked, pipeline_only, verdict)
+        return None if failure is None else PendingReason(PendingCause.NO_ROOM, failure)
+    if walks and verdict is not None:
+        best = _first_admitted(session, task, verdict)
+    elif node_mask is None and bonus is None:
         best = session.node_finder.best(task)
-    elif verdict is not None and domain_mask is None and bonus is None:
-        best = _first_admitted(session, task, verdict.admits)
     else:
         best = next(_scanned_rows(session, task, node_mask, bonus), None)
     if best is None:
@@ -72,7 +76,7 @@ def place_task(
     if session.predicates_enabled:
         reason = _node_capacity_problem(session, task, task.spec.gpu)
         if reason:
-            return reason
+            return PendingReason(PendingCause.NO_ROOM, reason)
     if (
         not pipeline_only
         and _starts_now(task.facts.request_floats, session.nodes.idle_rows[best])
@@ -84,14 +88,14 @@ def place_task(
     return None
 
 
-def _first_admitted(session: Session, task: Task, admits: np.ndarray) -> int | None:
+def _first_admitted(session: Session, task: Task, verdict: Verdict) -> int | None:
     """The best row the node finder ranks that the pod rules admit: the finder's order is a full
-    scan's (score, then row), and the rules usually refuse few rows, so walking its heap to the
-    first admitted row beats scoring every row again."""
+    scan's (score, then row), and the rules usually refuse few rows, so walking its heap and
+    asking the rules row by row beats a mask over every row and scoring every row again."""
     ranked = session.node_finder.ordered(task)
     try:
         for row in ranked:
-            if admits[row]:
+            if verdict.admits_row(row):
                 return row
         return None
     finally:
@@ -116,11 +120,18 @@ def _starts_now(request: RequestFloats, idle: list[float]) -> bool:
     return False
 
 
-def _no_node_fits(session: Session, task: Task, node_mask: np.ndarray | None) -> str:
+def _no_node_fits(session: Session, task: Task, node_mask: np.ndarray | None) -> PendingReason:
+    """The message counts what turned each node away, filter after filter, so its counts add up to
+    the nodes it names; the refusals count each cause over all nodes (`node_refusals`). What-if
+    simulations, where failing is the point, get neither."""
     if session.simulating:
-        return f"pod {task.name}: no node fits"
-    why_not = "; ".join(_why_no_node_fits(session, task, node_mask))
-    return f"pod {task.name}: 0 of {len(session.nodes.table)} nodes fit ({why_not})"
+        return PendingReason(PendingCause.NO_ROOM, f"pod {task.name}: no node fits")
+    constraints = session.pod_constraints
+    verdict = None if constraints is None else constraints.verdict(task)
+    rules = [] if constraints is None or verdict is None else constraints.refusals(task)
+    why_not = "; ".join(_why_no_node_fits(session, task, node_mask, verdict, rules))
+    message = f"pod {task.name}: 0 of {len(session.nodes.table)} nodes fit ({why_not})"
+    return PendingReason(PendingCause.NO_ROOM, message, tuple(node_refusals(session, task, rules)))
 
 
 def _ranked_rows(
@@ -177,13 +188,19 @@ def _filtered_nodes(
     return candidates, why_not
 
 
-def _why_no_node_fits(session: Session, task: Task, node_mask: np.ndarray | None) -> list[str]:
-    """Only worked out for a failure, so placing a pod never pays for explaining one."""
+def _why_no_node_fits(
+    session: Session,
+    task: Task,
+    node_mask: np.ndarray | None,
+    verdict: Verdict | None,
+    rules: list[NodeRefusal],
+) -> list[str]:
+    """Only worked out for a failure, so placing a pod never pays for explaining one. `verdict`
+    and `rules`: the pod rules' verdict and refusals, worked out once for the message and the
+    typed refusals both."""
     candidates, why_not = _filtered_nodes(session, task, node_mask)
-    constraints = session.pod_constraints
-    verdict = None if constraints is None else constraints.verdict(task)
-    if constraints is not None and verdict is not None:
-        why_not.extend(str(refusal) for refusal in constraints.refusals(task))
+    if verdict is not None:
+        why_not.extend(str(refusal) for refusal in rules)
         candidates &= verdict.admits
     short = candidates & ~session.fits_with_releasing(task)
     if short.any():

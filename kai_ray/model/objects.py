@@ -165,6 +165,18 @@ class LabelSelector:
     match_labels: tuple[tuple[str, str], ...] = ()
     expressions: tuple[LabelRequirement, ...] = ()
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.match_labels, self.expressions)))
+
+    def __hash__(self) -> int:
+        """Worked out once: selectors and terms key the engine's pod index, asked per placement."""
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
+    def __reduce__(self) -> tuple[type[LabelSelector], tuple[object, ...]]:
+        """Rebuilt from its fields, so another process (a Ray worker, another hash seed) hashes
+        it afresh instead of keeping this one's hash."""
+        return (LabelSelector, (self.match_labels, self.expressions))
+
 
 @dataclass(frozen=True)
 class PodAffinityTerm:
@@ -181,6 +193,17 @@ class PodAffinityTerm:
     selector: LabelSelector | None
     namespaces: frozenset[str] | None
     weight: int = 0
+
+    def __post_init__(self) -> None:
+        fields = (self.topology_key, self.selector, self.namespaces, self.weight)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        """Worked out once, as `LabelSelector`'s."""
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
+    def __reduce__(self) -> tuple[type[PodAffinityTerm], tuple[object, ...]]:
+        return (PodAffinityTerm, (self.topology_key, self.selector, self.namespaces, self.weight))
 
 
 @dataclass(frozen=True)

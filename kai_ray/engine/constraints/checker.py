@@ -7,7 +7,8 @@ unless an anti-affinity of a pod on a node selects it (the rule is symmetric).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,17 +35,33 @@ def needs_pod_constraints(session: Session) -> bool:
     return any(held.task.has_pod_constraints for held in session.snapshot.held)
 
 
-@dataclass(frozen=True)
 class Verdict:
-    """Rows the pod may go to under these rules, a bonus per row for its preferences, and the rows
-    where it may only wait (a going pod still holds a port or resource it needs)."""
+    """What the rules say of the nodes for one pod: per row (`admits_row`, what walking the node
+    finder's ranking asks) or as a mask made on first ask (`admits`), a bonus per row for its
+    preferences, and whether it may start on a row now or only wait there (a going pod still
+    holds a port or resource it needs)."""
 
-    admits: np.ndarray
-    bonus: np.ndarray | None
-    waits: np.ndarray | None
+    def __init__(
+        self,
+        outcomes: list[RuleOutcome],
+        bonus: np.ndarray | None,
+        starts_now: Callable[[int], bool],
+        rows: int,
+    ) -> None:
+        self.outcomes = outcomes
+        self.bonus = bonus
+        self.starts_now = starts_now
+        self._rows = rows
 
-    def starts_now(self, row: int) -> bool:
-        return self.waits is None or not bool(self.waits[row])
+    @functools.cached_property
+    def admits(self) -> np.ndarray:
+        admits = np.ones(self._rows, dtype=bool)
+        for outcome in self.outcomes:
+            admits &= outcome.admits
+        return admits
+
+    def admits_row(self, row: int) -> bool:
+        return all(outcome.admits_row(row) for outcome in self.outcomes)
 
 
 class PodConstraints:
@@ -99,12 +116,14 @@ class PodConstraints:
         selecting = self._selecting(pod, task.uid)
         if not (pod.spec.has_pod_constraints or selecting):
             return None
-        outcomes, waits = self._outcomes(pod, selecting)
-        admits = np.ones(len(self.facts.table), dtype=bool)
-        for outcome in outcomes:
-            admits &= outcome.admits
+        outcomes, port_waits = self._outcomes(pod, selecting)
         bonus = rules.preference_bonus(self.index, self.facts, pod) if self.checks_predicates else None
-        return Verdict(admits, bonus, waits)
+        index, facts = self.index, self.facts
+
+        def starts_now(row: int) -> bool:
+            return row not in port_waits and rules.extended_now(index, facts, pod, row)
+
+        return Verdict(outcomes, bonus, starts_now, len(facts.table))
 
     def refusals(self, task: Task) -> list[NodeRefusal]:
         """Each rule's refused nodes, counted on its own over all nodes: for explanations."""
@@ -157,26 +176,25 @@ class PodConstraints:
         candidates.sort(key=lambda candidate: (candidate[0], candidate[1]))
         return [rows for _, _, rows in candidates]
 
-    def _selecting(self, pod: PodView, uid: int) -> list[tuple[PodAffinityTerm, np.ndarray]]:
+    def _selecting(self, pod: PodView, uid: int) -> list[PodAffinityTerm]:
         """Required anti-affinity terms of pods on nodes that select this pod."""
         if not self.checks_predicates:
             return []
         found = []
-        for term, owners in self.index.anti_owners(pod.spec.labels):
+        for term in self.index.anti_owners(pod.spec.labels):
             key = (term, uid, pod.namespace)
             selected = self._selects.get(key)
             if selected is None:
                 selected = self._selects[key] = rules.term_selects(term, pod)
             if selected:
-                found.append((term, owners))
+                found.append(term)
         return found
 
-    def _outcomes(
-        self, pod: PodView, selecting: list[tuple[PodAffinityTerm, np.ndarray]]
-    ) -> tuple[list[RuleOutcome], np.ndarray | None]:
+    def _outcomes(self, pod: PodView, selecting: list[PodAffinityTerm]) -> tuple[list[RuleOutcome], set[int]]:
+        """The rules that concern the pod, and the rows where only a going pod holds its ports."""
         index, facts = self.index, self.facts
         outcomes: list[RuleOutcome] = []
-        waits = None
+        port_waits: set[int] = set()
         if self.checks_predicates:
             if pod.spec.pod_affinity is not None:
                 required = rules.required_affinity(index, facts, pod)
@@ -187,14 +205,9 @@ class PodConstraints:
             outcomes.extend(rules.spread(index, facts, pod))
             port_outcomes, port_waits = rules.host_ports(index, facts, pod)
             outcomes.extend(port_outcomes)
-            if port_waits:
-                waits = np.zeros(len(facts.table), dtype=bool)
-                waits[sorted(port_waits)] = True
         if pod.spec.extended:
-            extended_outcomes, now_ok = rules.extended_resources(index, facts, pod)
-            outcomes.extend(extended_outcomes)
-            waits = ~now_ok if waits is None else waits | ~now_ok
-        return outcomes, waits
+            outcomes.extend(rules.extended_resources(index, facts, pod))
+        return outcomes, port_waits
 
 
 def _unique(outcomes: list[RuleOutcome]) -> list[RuleOutcome]:

@@ -105,6 +105,8 @@ class PodIndex:
         self._anti_owners: dict[PodAffinityTerm, np.ndarray] = {}
         """Required anti-affinity term of a pod on the node → per row, how many such pods."""
         self._anti_totals: dict[PodAffinityTerm, int] = {}
+        self._owner_domains: dict[PodAffinityTerm, list[tuple[np.ndarray, np.ndarray]]] = {}
+        """Term → (a node label's row codes, the term's owners per domain of it), kept with the rows."""
         self._anti_terms = _Buckets[PodAffinityTerm]()
         self._ports: dict[PortKey, dict[int, Counter[tuple[str, bool]]]] = {}
         """(protocol, port) → row → Counter of (host IP, lasting) in use there."""
@@ -150,6 +152,9 @@ class PodIndex:
                     self._anti_terms.add(term, term.selector)
                 owners[row] += sign
                 self._anti_totals[term] += sign
+                for codes, per_domain in self._owner_domains.get(term, ()):
+                    if codes[row] >= 0:
+                        per_domain[codes[row]] += sign
         lasting = presence is Presence.LASTING
         for port in spec.host_ports:
             in_use = self._ports.setdefault((port.protocol, port.port), {}).setdefault(row, Counter())
@@ -187,9 +192,7 @@ class PodIndex:
         for known, counts in views:
             if known is codes:
                 return counts
-        per_row = self.selected(key)
-        keep = codes >= 0
-        counts = np.bincount(codes[keep], weights=per_row[keep], minlength=domains).astype(np.int64)
+        counts = _summed_by_domain(self.selected(key), codes, domains)
         views.append((codes, counts))
         return counts
 
@@ -201,15 +204,22 @@ class PodIndex:
         uids = self._by_label.get(selector.match_labels[0], set())
         return [self.members[uid] for uid in sorted(uids)]
 
-    def anti_owners(self, labels: dict[str, str]) -> list[tuple[PodAffinityTerm, np.ndarray]]:
+    def anti_owners(self, labels: dict[str, str]) -> list[PodAffinityTerm]:
         """The required anti-affinity terms of pods on nodes that could select a pod with these
-        labels (by their first `matchLabels` pair), each with its owners per row."""
+        labels (by their first `matchLabels` pair)."""
         totals = self._anti_totals
-        return [
-            (term, self._anti_owners[term])
-            for term in self._anti_terms.candidates(labels)
-            if totals[term] > 0
-        ]
+        return [term for term in self._anti_terms.candidates(labels) if totals[term] > 0]
+
+    def owners_per_domain(self, term: PodAffinityTerm, codes: np.ndarray, domains: int) -> np.ndarray:
+        """How many pods owning the required anti-affinity term are in each domain of a node label:
+        summed once, then kept current with the rows."""
+        views = self._owner_domains.setdefault(term, [])
+        for known, counts in views:
+            if known is codes:
+                return counts
+        counts = _summed_by_domain(self._anti_owners[term], codes, domains)
+        views.append((codes, counts))
+        return counts
 
     def port_conflicts(self, protocol: str, port: int, host_ip: str) -> tuple[list[int], list[int]]:
         """Rows where the port is taken by a lasting pod, and rows where only by going ones."""
@@ -231,6 +241,16 @@ class PodIndex:
         going = self._extended_going.get(name)
         now = allocatable - held
         return now, now if going is None else now + going
+
+    def extended_free_at(self, name: str, allocatable: np.ndarray, row: int) -> tuple[float, float]:
+        """`extended_free` of one row, without a pass over every row."""
+        free = float(allocatable[row])
+        held = self._extended_held.get(name)
+        if held is None:
+            return free, free
+        going = self._extended_going.get(name)
+        now = free - float(held[row])
+        return now, now if going is None else now + float(going[row])
 
     def members_on(self, rows: np.ndarray) -> list[Member]:
         """The pods on those rows, by name: only an explanation asks."""
@@ -267,6 +287,16 @@ class _Buckets(Generic[_Item]):
                 if bucket:
                     found.extend(bucket)
         return found
+
+
+def _summed_by_domain(per_row: np.ndarray, codes: np.ndarray, domains: int) -> np.ndarray:
+    """Per domain, the sum of the rows' counts: only the rows that count anything are read (a new
+    selector selects few pods, and a hostname key has a domain per node)."""
+    counts = np.zeros(domains, dtype=np.int64)
+    rows = np.flatnonzero(per_row)
+    rows = rows[codes[rows] >= 0]
+    np.add.at(counts, codes[rows], per_row[rows])
+    return counts
 
 
 def _selected_by(key: SelectorKey, member: Member) -> bool:

@@ -9,6 +9,7 @@ explanation, its typed cause and words; preferred terms give a bonus per row.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,18 +31,31 @@ normalises its scores to [0, 100]: above what bin packing tells apart (under 20)
 where the pod starts now rather than waits (`kernels.IDLE_FIT_SCORE`)."""
 
 
-@dataclass(frozen=True)
 class RuleOutcome:
-    """The rows one rule admits, and what to say of the rows it refuses: words made only when
-    an explanation asks (naming a pod walks the refused rows' pods)."""
+    """What one rule says of the nodes: row by row (`admits_row`, what walking the node finder's
+    ranking asks, a few scalar reads), or as a mask over every row (`admits`, made on first ask:
+    at thousands of nodes a mask per rule per pod cost more than the rest of the placement), and
+    its words for the rows it refuses, made only when an explanation asks."""
 
-    cause: NodeFilterCause
-    admits: np.ndarray
-    words: Callable[[], str]
+    def __init__(
+        self,
+        cause: NodeFilterCause,
+        mask: Callable[[], np.ndarray],
+        row_ok: Callable[[int], bool],
+        words: Callable[[np.ndarray], str],
+    ) -> None:
+        self.cause = cause
+        self._mask = mask
+        self.admits_row = row_ok
+        self._words = words
+
+    @functools.cached_property
+    def admits(self) -> np.ndarray:
+        return self._mask()
 
     @property
     def message(self) -> str:
-        return self.words()
+        return self._words(~self.admits)
 
 
 @dataclass(frozen=True)
@@ -177,20 +191,47 @@ def required_affinity(index: PodIndex, facts: NodeFacts, pod: PodView) -> RuleOu
     terms = pod.spec.pod_affinity.required
     if not terms:
         return None
-    has_keys = np.ones(len(facts.table), dtype=bool)
-    admits = np.ones(len(facts.table), dtype=bool)
-    anywhere = 0.0
-    for term in terms:
-        codes, counts = per_domain(index, facts, term)
-        has_keys &= codes >= 0
-        admits &= (codes >= 0) & (_at(codes, counts) > 0)
-        anywhere += float(counts.sum())
-    if anywhere == 0 and all(term_selects(term, pod) for term in terms):
-        admits = has_keys
+    domains = [per_domain(index, facts, term) for term in terms]
+    first_pod = sum(float(counts.sum()) for _, counts in domains) == 0 and all(
+        term_selects(term, pod) for term in terms
+    )
+
+    def mask() -> np.ndarray:
+        admits = np.ones(len(facts.table), dtype=bool)
+        for codes, counts in domains:
+            admits &= codes >= 0 if first_pod else (codes >= 0) & (_at(codes, counts) > 0)
+        return admits
+
+    def row_ok(row: int) -> bool:
+        for codes, counts in domains:
+            code = codes[row]
+            if code < 0 or not (first_pod or counts[code] > 0):
+                return False
+        return True
+
     keys = ", ".join(sorted({term.topology_key for term in terms}))
     return RuleOutcome(
-        NodeFilterCause.POD_AFFINITY, admits, lambda: f"no pod the pod's affinity needs on {keys}"
+        NodeFilterCause.POD_AFFINITY, mask, row_ok, lambda _: f"no pod the pod's affinity needs on {keys}"
     )
+
+
+def _domain_rule(
+    cause: NodeFilterCause,
+    codes: np.ndarray,
+    counts: np.ndarray,
+    words: Callable[[np.ndarray], str],
+) -> RuleOutcome:
+    """A rule that refuses every node whose domain holds some of what `counts` counts."""
+
+    def mask() -> np.ndarray:
+        blocked: np.ndarray = (codes >= 0) & (_at(codes, counts) > 0)
+        return ~blocked
+
+    def row_ok(row: int) -> bool:
+        code = codes[row]
+        return bool(code < 0 or counts[code] == 0)
+
+    return RuleOutcome(cause, mask, row_ok, words)
 
 
 def required_anti_affinity(index: PodIndex, facts: NodeFacts, pod: PodView) -> list[RuleOutcome]:
@@ -200,23 +241,21 @@ def required_anti_affinity(index: PodIndex, facts: NodeFacts, pod: PodView) -> l
     outcomes = []
     for term in pod.spec.pod_affinity.required_anti:
         codes, counts = per_domain(index, facts, term)
-        blocked = (codes >= 0) & (_at(codes, counts) > 0)
-        outcomes.append(
-            RuleOutcome(NodeFilterCause.POD_ANTI_AFFINITY, ~blocked, _anti_words(index, blocked, term))
-        )
+        words = _anti_words(index, term)
+        outcomes.append(_domain_rule(NodeFilterCause.POD_ANTI_AFFINITY, codes, counts, words))
     return outcomes
 
 
 def existing_anti_affinity(
-    index: PodIndex, facts: NodeFacts, pod: PodView, selecting: list[tuple[PodAffinityTerm, np.ndarray]]
+    index: PodIndex, facts: NodeFacts, pod: PodView, selecting: list[PodAffinityTerm]
 ) -> list[RuleOutcome]:
     """Symmetry: no pod whose required anti-affinity selects this one in the node's domain."""
     outcomes = []
-    for term, owners in selecting:
+    for term in selecting:
         codes, values = facts.domains(term.topology_key)
-        blocked = (codes >= 0) & (_at(codes, _by_domain(codes, owners, len(values))) > 0)
-        words = _owner_words(index, blocked, term)
-        outcomes.append(RuleOutcome(NodeFilterCause.EXISTING_ANTI_AFFINITY, ~blocked, words))
+        owners = index.owners_per_domain(term, codes, len(values))
+        words = _owner_words(index, term)
+        outcomes.append(_domain_rule(NodeFilterCause.EXISTING_ANTI_AFFINITY, codes, owners, words))
     return outcomes
 
 
@@ -226,18 +265,30 @@ def spread(index: PodIndex, facts: NodeFacts, pod: PodView) -> list[RuleOutcome]
     if not hard:
         return []
     counted = _spread_nodes(facts, pod, hard)
-    outcomes = []
-    for constraint in hard:
-        codes, domain_counts, present = _spread_counts(index, facts, pod, constraint, counted)
-        low = float(domain_counts[present].min()) if present.size else 0.0
-        if constraint.min_domains is not None and present.size < constraint.min_domains:
-            low = 0.0
-        own = 1.0 if selects(constraint.selector, pod.spec.labels) else 0.0
-        skew = _at(codes, domain_counts) + own - low
-        admits = (codes >= 0) & (skew <= constraint.max_skew + EPSILON)
-        words = f"topology spread on {constraint.topology_key} (maxSkew {constraint.max_skew})"
-        outcomes.append(RuleOutcome(NodeFilterCause.SPREAD, admits, _said(words)))
-    return outcomes
+    return [_spread_rule(index, facts, pod, constraint, counted) for constraint in hard]
+
+
+def _spread_rule(
+    index: PodIndex, facts: NodeFacts, pod: PodView, constraint: SpreadConstraint, keys: tuple[str, ...]
+) -> RuleOutcome:
+    codes, domain_counts, present = _spread_counts(index, facts, pod, constraint, keys)
+    low = float(domain_counts[present].min()) if present.size else 0.0
+    if constraint.min_domains is not None and present.size < constraint.min_domains:
+        low = 0.0
+    own = 1.0 if selects(constraint.selector, pod.spec.labels) else 0.0
+    allowed = constraint.max_skew + EPSILON + low - own
+    """A node passes when its domain's count is at most this."""
+
+    def mask() -> np.ndarray:
+        admits: np.ndarray = (codes >= 0) & (_at(codes, domain_counts) <= allowed)
+        return admits
+
+    def row_ok(row: int) -> bool:
+        code = codes[row]
+        return bool(code >= 0 and domain_counts[code] <= allowed)
+
+    words = f"topology spread on {constraint.topology_key} (maxSkew {constraint.max_skew})"
+    return RuleOutcome(NodeFilterCause.SPREAD, mask, row_ok, lambda _: words)
 
 
 def _spread_nodes(facts: NodeFacts, pod: PodView, constraints: list[SpreadConstraint]) -> tuple[str, ...]:
@@ -264,28 +315,47 @@ def host_ports(index: PodIndex, facts: NodeFacts, pod: PodView) -> tuple[list[Ru
     waits: set[int] = set()
     for port in pod.spec.host_ports:
         lasting, going = index.port_conflicts(port.protocol, port.port, port.host_ip)
-        admits = np.ones(len(facts.table), dtype=bool)
-        admits[lasting] = False
         waits.update(going)
-        words = f"host port {port.port}/{port.protocol} in use"
-        outcomes.append(RuleOutcome(NodeFilterCause.HOST_PORTS, admits, _said(words)))
+        outcomes.append(
+            _port_rule(len(facts.table), set(lasting), f"host port {port.port}/{port.protocol} in use")
+        )
     return outcomes, waits
 
 
-def extended_resources(
-    index: PodIndex, facts: NodeFacts, pod: PodView
-) -> tuple[list[RuleOutcome], np.ndarray]:
-    """Each extended request fits what will be free; also per row whether all fit what is free now."""
-    outcomes = []
-    now_ok = np.ones(len(facts.table), dtype=bool)
+def _port_rule(rows: int, taken: set[int], words: str) -> RuleOutcome:
+    def mask() -> np.ndarray:
+        admits = np.ones(rows, dtype=bool)
+        admits[sorted(taken)] = False
+        return admits
+
+    def row_ok(row: int) -> bool:
+        return row not in taken
+
+    return RuleOutcome(NodeFilterCause.HOST_PORTS, mask, row_ok, _said(words))
+
+
+def extended_resources(index: PodIndex, facts: NodeFacts, pod: PodView) -> list[RuleOutcome]:
+    """Each extended request fits what will be free once terminating and evicted pods go."""
+    return [_extended_rule(index, name, amount, facts.extended(name)) for name, amount in pod.spec.extended]
+
+
+def _extended_rule(index: PodIndex, name: str, amount: float, allocatable: np.ndarray) -> RuleOutcome:
+    def mask() -> np.ndarray:
+        admits: np.ndarray = index.extended_free(name, allocatable)[1] + EPSILON >= amount
+        return admits
+
+    def row_ok(row: int) -> bool:
+        return index.extended_free_at(name, allocatable, row)[1] + EPSILON >= amount
+
+    return RuleOutcome(NodeFilterCause.INSUFFICIENT_RESOURCES, mask, row_ok, _said(f"insufficient {name}"))
+
+
+def extended_now(index: PodIndex, facts: NodeFacts, pod: PodView, row: int) -> bool:
+    """Whether every extended request fits what is free on the row now (not only once going pods go)."""
     for name, amount in pod.spec.extended:
-        now, later = index.extended_free(name, facts.extended(name))
-        now_ok &= now + EPSILON >= amount
-        admits = later + EPSILON >= amount
-        outcomes.append(
-            RuleOutcome(NodeFilterCause.INSUFFICIENT_RESOURCES, admits, _said(f"insufficient {name}"))
-        )
-    return outcomes, now_ok
+        if index.extended_free_at(name, facts.extended(name), row)[0] + EPSILON < amount:
+            return False
+    return True
 
 
 def preference_bonus(index: PodIndex, facts: NodeFacts, pod: PodView) -> np.ndarray | None:
@@ -339,28 +409,28 @@ def _scaled(scores: np.ndarray) -> np.ndarray:
     return scaled
 
 
-def _said(words: str) -> Callable[[], str]:
-    return lambda: words
+def _said(words: str) -> Callable[[np.ndarray], str]:
+    return lambda _: words
 
 
-def _anti_words(index: PodIndex, blocked: np.ndarray, term: PodAffinityTerm) -> Callable[[], str]:
+def _anti_words(index: PodIndex, term: PodAffinityTerm) -> Callable[[np.ndarray], str]:
     """Names the first pod by name on a refused node that the term selects."""
 
-    def words() -> str:
+    def words(blocked: np.ndarray) -> str:
         named = _first_named(index, blocked, lambda m: term_selects(term, PodView(m.spec, m.namespace)))
         return f"pod anti-affinity with {named} on {term.topology_key}"
 
     return words
 
 
-def _owner_words(index: PodIndex, blocked: np.ndarray, term: PodAffinityTerm) -> Callable[[], str]:
+def _owner_words(index: PodIndex, term: PodAffinityTerm) -> Callable[[np.ndarray], str]:
     """Names the first pod by name on a refused node whose anti-affinity is the term."""
 
     def owns(member: Member) -> bool:
         affinity = member.spec.pod_affinity
         return affinity is not None and term in affinity.required_anti
 
-    def words() -> str:
+    def words(blocked: np.ndarray) -> str:
         return (
             f"anti-affinity of {_first_named(index, blocked, owns)} on {term.topology_key} keeps the pod away"
         )
