@@ -34,6 +34,7 @@ from kai_ray.api.manifests import (
 from kai_ray.api.podgroup import PodGroup, PodGroupSpec, PodGroupStatus, SubGroup, TopologyConstraint
 from kai_ray.api.quantity import DurationError, QuantityError, parse_duration, parse_quantity
 from kai_ray.api.queue import Queue, QueueResource, QueueResources, QueueSpec, QueueStatus
+from kai_ray.api.storage import ConfigMap, PersistentVolume, PersistentVolumeClaim, StorageClass
 from kai_ray.api.topology import Topology, TopologyLevel, TopologySpec
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "BindRequest",
     "BindRequestSpec",
     "BindRequestStatus",
+    "ConfigMap",
     "Container",
     "DurationError",
     "Manifest",
@@ -50,6 +52,8 @@ __all__ = [
     "Namespace",
     "Node",
     "NodeSelectorRequirement",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
     "Pod",
     "PodGroup",
     "PodGroupSpec",
@@ -64,6 +68,7 @@ __all__ = [
     "ReceivedGPU",
     "ResourceRequirements",
     "SourcedObject",
+    "StorageClass",
     "SubGroup",
     "Taint",
     "Toleration",

@@ -103,3 +103,15 @@ NODE_MIG_STRATEGY_LABEL: Final = "nvidia.com/mig.strategy"
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 """The API server sets it on every Namespace (its name), so a namespaceSelector can name one."""
+
+# --- Kubernetes storage (what kube-scheduler's VolumeBinding reads and writes) ---------------
+STORAGE_API_VERSION: Final = "storage.k8s.io/v1"
+SELECTED_NODE_ANNOTATION: Final = "volume.kubernetes.io/selected-node"
+"""Written on a `WaitForFirstConsumer` claim before its pod is bound: where to provision it."""
+DEFAULT_STORAGE_CLASS_ANNOTATIONS: Final = (
+    "storageclass.kubernetes.io/is-default-class",
+    "storageclass.beta.kubernetes.io/is-default-class",
+)
+"""A StorageClass with either set to "true" is the class of claims that name none."""
+BETA_STORAGE_CLASS_ANNOTATION: Final = "volume.beta.kubernetes.io/storage-class"
+"""The claim's class before `spec.storageClassName` existed; it still wins when set."""

@@ -1,7 +1,7 @@
 """The slice of Kubernetes core objects the scheduler reads: Pod, Node, Namespace, PriorityClass.
 
-These are read-mostly views over objects that carry much more (volumes,
-probes, images ...); unknown fields are accepted and kept, so a dump from
+These are read-mostly views over objects that carry much more (probes,
+images ...); unknown fields are accepted and kept, so a dump from
 `kubectl get -o yaml` loads unchanged.
 """
 
@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from kai_ray.api._base import Condition, KubeModel, ObjectMeta, ResourceList
+from kai_ray.api.references import EnvFromSource, EnvVar, Volume
 
 
 class ResourceRequirements(KubeModel):
@@ -31,6 +32,8 @@ class Container(KubeModel):
     name: str = ""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     ports: list[ContainerPort] = Field(default_factory=list)
+    env: list[EnvVar] = Field(default_factory=list)
+    env_from: list[EnvFromSource] = Field(default_factory=list)
     restart_policy: str | None = None
     """Only set on init containers; `Always` makes one a native sidecar."""
 
@@ -142,6 +145,7 @@ class PodSpec(KubeModel):
     tolerations: list[Toleration] = Field(default_factory=list)
     scheduling_gates: list[SchedulingGate] = Field(default_factory=list)
     topology_spread_constraints: list[TopologySpreadConstraint] = Field(default_factory=list)
+    volumes: list[Volume] = Field(default_factory=list)
 
 
 class PodStatus(KubeModel):

@@ -22,16 +22,43 @@ from kai_ray.api.constants import DEFAULT_NAMESPACE
 from kai_ray.api.core import Namespace, Node, Pod, PriorityClass
 from kai_ray.api.podgroup import PodGroup
 from kai_ray.api.queue import Queue
+from kai_ray.api.storage import ConfigMap, PersistentVolume, PersistentVolumeClaim, StorageClass
 from kai_ray.api.topology import Topology
 
-ApiObject = Queue | PodGroup | BindRequest | Topology | Pod | Node | Namespace | PriorityClass
+ApiObject = (
+    Queue
+    | PodGroup
+    | BindRequest
+    | Topology
+    | Pod
+    | Node
+    | Namespace
+    | PriorityClass
+    | PersistentVolumeClaim
+    | PersistentVolume
+    | StorageClass
+    | ConfigMap
+)
 ObjectT = TypeVar("ObjectT", bound=ApiObject)
 
 _MODELS: dict[str, type[ApiObject]] = {
     model.model_fields["kind"].default: model
-    for model in (Queue, PodGroup, BindRequest, Topology, Pod, Node, Namespace, PriorityClass)
+    for model in (
+        Queue,
+        PodGroup,
+        BindRequest,
+        Topology,
+        Pod,
+        Node,
+        Namespace,
+        PriorityClass,
+        PersistentVolumeClaim,
+        PersistentVolume,
+        StorageClass,
+        ConfigMap,
+    )
 }
-_NAMESPACED = frozenset({"Pod", "PodGroup", "BindRequest"})
+_NAMESPACED = frozenset({"Pod", "PodGroup", "BindRequest", "PersistentVolumeClaim", "ConfigMap"})
 MODEL_KINDS: frozenset[str] = frozenset(_MODELS)
 """The kinds the loader turns into models; any other kind is reported as unsupported."""
 NAMESPACED_MODEL_KINDS: frozenset[str] = _NAMESPACED

@@ -3,7 +3,8 @@
 Manifests for `kai-ray simulate` (their pods grouped first, by the same
 podgrouper as on a cluster) and the informer cache of `kai-ray serve` read
 Queues, PodGroups, Pods, Nodes, PriorityClasses and BindRequests through this
-module (Topologies too), so a directory of manifests and a live
+module (Topologies too, and the claims, volumes, StorageClasses and ConfigMaps pods
+name: `volumes`), so a directory of manifests and a live
 cluster mean the same thing to the scheduler.  Bad content never raises: each
 broken object is reported as a `ManifestProblem` and skipped, and everything
 else is still converted, so one typo does not hide the rest of the cluster.
@@ -50,6 +51,7 @@ from kai_ray.convert.podgroups import Priorities
 from kai_ray.convert.pods import PodContext
 from kai_ray.convert.queues import QueueIndex, convert_queues
 from kai_ray.convert.topologies import convert_topologies
+from kai_ray.convert.volumes import storage_from_manifests
 from kai_ray.model.objects import ClusterState
 
 __all__ = [
@@ -99,6 +101,7 @@ def cluster_from_manifest_set(
         pods,
         problems,
         scheduler_name,
+        storage_from_manifests(loaded),
     )
     assembler.add_podgroups(loaded.of_type(PodGroup))
     assembler.add_pods(loaded.of_type(Pod))

@@ -25,6 +25,7 @@ from kai_ray.convert.common import Invalid, annotation_field, label_field
 from kai_ray.convert.podgroups import Priorities, job_from_podgroup
 from kai_ray.convert.pods import PodContext, held_task, task_from_pod
 from kai_ray.convert.queues import QueueIndex
+from kai_ray.convert.volumes import NO_STORAGE, StorageObjects, with_volume_needs
 from kai_ray.model.objects import OCCUPYING, HeldPod, JobSpec, TaskSpec
 
 _Key = tuple[str, str]
@@ -54,11 +55,17 @@ def pod_group_key(pod: Pod) -> _Key | None:
 
 
 def pod_outcome(
-    manifest: Manifest[Pod], named: NamedJob, context: PodContext, scheduler_name: str = SCHEDULER_NAME
+    manifest: Manifest[Pod],
+    named: NamedJob,
+    context: PodContext,
+    scheduler_name: str = SCHEDULER_NAME,
+    storage: StorageObjects = NO_STORAGE,
 ) -> PodOutcome:
     """Pods of this scheduler join the PodGroup they name; every other pod only occupies its node.
 
     `named`: the PodGroup the pod names (ignored for pods that name none or are not ours).
+    `storage`: what its volumes and ConfigMaps are resolved against (`convert.volumes`), only for
+    a pod that joins its job: a held pod occupies its node whatever they say.
     """
     if manifest.obj.spec.scheduler_name != scheduler_name:
         return PodOutcome(held=_held(manifest, context, foreign=True))
@@ -66,7 +73,7 @@ def pod_outcome(
     if key is None:
         return PodOutcome(held=_held(manifest, context, foreign=False))
     try:
-        task = task_from_pod(manifest, context)
+        task = with_volume_needs(task_from_pod(manifest, context), manifest.obj, storage)
         job = _named_job(named, key)
         _check_leaf(job, task, manifest.obj)
     except Invalid as error:
@@ -116,8 +123,10 @@ class JobAssembler:
         pods: PodContext,
         problems: list[ManifestProblem],
         scheduler_name: str = SCHEDULER_NAME,
+        storage: StorageObjects = NO_STORAGE,
     ) -> None:
         self._scheduler_name = scheduler_name
+        self._storage = storage
         self._queues = queues
         self._priorities = priorities
         self._pods = pods
@@ -145,7 +154,7 @@ class JobAssembler:
         for manifest in manifests:
             key = pod_group_key(manifest.obj)
             named = NamedJob(None) if key is None else NamedJob(self._jobs.get(key), key in self._skipped)
-            outcome = pod_outcome(manifest, named, self._pods, self._scheduler_name)
+            outcome = pod_outcome(manifest, named, self._pods, self._scheduler_name, self._storage)
             if outcome.problem is not None:
                 self._problems.append(outcome.problem)
             if outcome.held is not None:

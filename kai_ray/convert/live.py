@@ -11,6 +11,8 @@ converts again only what a change can affect:
   the clock);
 - a PodGroup: its job and the pods that name it;
 - a BindRequest: the pods whose binding it changes;
+- a PersistentVolumeClaim, PersistentVolume, StorageClass or ConfigMap: the pods whose volumes or
+  environment name it (`storage_index`);
 - any Queue or PriorityClass: every PodGroup (the queue tree and priorities are theirs);
 - any Node coming or going: every pod (the node set decides whether a placement is valid);
 - a Namespace's labels, or a namespace gaining its first pod or losing its last: the pods whose
@@ -57,6 +59,7 @@ from kai_ray.convert.nodes import node_spec
 from kai_ray.convert.podgroups import Priorities
 from kai_ray.convert.pods import PodContext
 from kai_ray.convert.queues import QueueIndex, convert_queues
+from kai_ray.convert.storage_index import STORAGE_KINDS, StorageIndex
 from kai_ray.convert.topologies import convert_topologies
 from kai_ray.model.objects import ClusterState, HeldPod, JobSpec, NodeSpec, QueueSpec, TopologySpec
 
@@ -74,6 +77,7 @@ KIND_ORDER = (
     "PriorityClass",
     "Topology",
     "Node",
+    *STORAGE_KINDS,
     "PodGroup",
     "BindRequest",
     "Pod",
@@ -193,6 +197,8 @@ class LiveCluster:
         self._nodes: list[NodeSpec] = []
         self._topologies: list[TopologySpec] = []
         self._context = PodContext(0.0, frozenset(), {})
+        self._storage = StorageIndex()
+        """Claims, volumes, classes and ConfigMaps, and the pods naming each."""
         self._pod_namespaces: dict[str, int] = {}
         """Namespace → how many pods (of both kinds) it holds."""
         self._namespaces_moved = False
@@ -207,7 +213,8 @@ class LiveCluster:
         """Entries kept besides the objects (pod records, PodGroup memberships, jobs): for the
         bounded-memory checks, it follows the objects that exist, never their history."""
         pods = sum(len(records) for records in self._pods.values())
-        return pods + len(self._members) + len(self._templates) + len(self._jobs) + len(self._assumed)
+        kept = len(self._members) + len(self._templates) + len(self._jobs) + len(self._assumed)
+        return pods + kept + len(self._storage)
 
     # ---------------------------------------------------------------- changes in
     def assume_bound(self, pods: Mapping[Key, tuple[str, str]]) -> None:
@@ -246,6 +253,9 @@ class LiveCluster:
             self._pod_changed(kind, key, model)
         elif kind == "PodGroup":
             self._dirty_groups.add(key)
+        elif kind in STORAGE_KINDS:
+            changed = self._storage.object_changed(kind, key, None if model is None else model.obj)
+            self._dirty_pods.update(("Pod", pod) for pod in changed)
 
     def _count_namespace(self, namespace: str, change: int) -> None:
         before = self._pod_namespaces.get(namespace, 0)
@@ -274,6 +284,9 @@ class LiveCluster:
 
     def _pod_changed(self, kind: str, key: Key, model: ObjectModel | None) -> None:
         self._dirty_pods.add((FOREIGN_POD, key))  # our pod's twin among the foreign ones is refused
+        if kind == "Pod":
+            obj = None if model is None else model.obj
+            self._storage.pod_changed(key, obj if isinstance(obj, Pod) else None)
         if kind == "Pod" and key in self._assumed and not _still_assumed(model, self._assumed[key][1]):
             del self._assumed[key]
             self._assumed_changed = True
@@ -402,7 +415,7 @@ class LiveCluster:
             record.outcome = None  # refused as a duplicate of ours: see `_problems`
             return
         record.outcome = pod_outcome(
-            self._manifest(pod), self._named(pod), self._context, self._scheduler_name
+            self._manifest(pod), self._named(pod), self._context, self._scheduler_name, self._storage.objects
         )
         group = pod_group_key(pod)
         if group is not None:

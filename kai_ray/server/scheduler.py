@@ -30,7 +30,7 @@ from kai_ray.api import ManifestProblem
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.constants import NODE_POOL_LABEL
 from kai_ray.cluster.kube.announce import BURST_PODGROUPS, announce_binds
-from kai_ray.cluster.kube.apply import ApplyResult, BlockedEviction, apply_plan, pod_key
+from kai_ray.cluster.kube.apply import ApplyResult, BlockedEviction, apply_plan, delayed_claims, pod_key
 from kai_ray.cluster.kube.bind_mode import BindMode
 from kai_ray.cluster.kube.bind_request_cleanup import CleanupResult, delete_stale_bind_requests
 from kai_ray.cluster.kube.binder import Binder, BindPassResult
@@ -301,6 +301,8 @@ class KubeScheduler:
             scheduled_events=not direct,
             direct=self.binder if direct else None,
             observe=self.cache.observe,
+            claims=delayed_claims(state, plan.binds),
+            lookup=self.cache.get,
         )
         if direct:
             self._bound_directly(state, plan, applied, pod_uids, refs)

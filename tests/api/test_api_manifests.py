@@ -104,8 +104,8 @@ def problems(text: str) -> list[str]:
             "bad.yaml: Queues/q: kind: unsupported kind 'Queues' (did you mean 'Queue'?)",
         ),
         (
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}",
-            "bad.yaml: ConfigMap/cfg: kind: unsupported kind 'ConfigMap'",
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: cfg}",
+            "bad.yaml: Secret/cfg: kind: unsupported kind 'Secret'",
         ),
         ("apiVersion: v1\nmetadata: {name: x}", "bad.yaml: kind: required field is missing"),
         (

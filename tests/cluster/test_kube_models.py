@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from manifest_builders import node, pod, podgroup, queue, topology
+from storage_builders import claim, claim_volume, config_map, config_map_volume, local_volume, storage_class
 
 from kai_ray.api import Manifest, Pod
 from kai_ray.api.config import SchedulerConfig
@@ -180,8 +181,9 @@ def rfc3339(moment: float) -> str:
 def random_object(rng: random.Random, now: float) -> tuple[str, dict[str, Any]]:
     """(the cache's kind, object): queues, nodes (some in topology domains), PodGroups (some
     topology-constrained), Topologies, BindRequests, our pods (some the models reject, some
-    deleted, some placed) and other schedulers' pods on nodes."""
-    choice = rng.randrange(8)
+    deleted, some placed, some naming claims and ConfigMaps), other schedulers' pods on nodes, and
+    claims, volumes, StorageClasses and ConfigMaps."""
+    choice = rng.randrange(12)
     group = f"g{rng.randrange(4)}"
     name = f"{group}-{rng.randrange(3)}"
     if choice == 0:
@@ -200,6 +202,8 @@ def random_object(rng: random.Random, now: float) -> tuple[str, dict[str, Any]]:
         return "PodGroup", podgroup(group, queue=f"q{rng.randrange(3)}", **spec)
     if choice == 7:
         return "Topology", topology(f"t{rng.randrange(2)}", *rng.choice([("zone", "rack"), ("rack",)]))
+    if choice in (8, 9, 10):
+        return random_storage_object(rng, name)
     if choice == 3:
         request = {"podName": name, "selectedNode": f"n{rng.randrange(5)}", "selectedGPUGroups": ["x"]}
         body = {"metadata": {"name": name, "namespace": "team-a"}, "spec": request}
@@ -221,12 +225,46 @@ def random_object(rng: random.Random, now: float) -> tuple[str, dict[str, Any]]:
     annotations = {"gpu-fraction": "0.5"} if rng.random() < 0.2 else None
     gpus = 0 if annotations else rng.choice([1, 2, 4])
     body = pod(name, gpus=gpus, group=group if rng.random() < 0.9 else None, annotations=annotations, **extra)
+    if rng.random() < 0.6:
+        body["spec"]["volumes"] = random_volumes(rng)
     if rng.random() < 0.5:
         body["spec"]["nodeName"] = f"n{rng.randrange(5)}"
         body["status"] = {"phase": rng.choice(["Running", "Pending", "Succeeded"])}
     if rng.random() < 0.15:  # deleted a little before `now`: stuck in releasing two minutes after
         body["metadata"]["deletionTimestamp"] = rfc3339(now - rng.choice([0, 60, 110]))
     return "Pod", body
+
+
+def random_storage_object(rng: random.Random, pod_name: str) -> tuple[str, dict[str, Any]]:
+    """A claim (sometimes the one a pod's ephemeral volume stands for), a volume, a class (some
+    delayed, some the default) or a ConfigMap, of a few names, so pods' references come and go."""
+    kind = rng.choice(["PersistentVolumeClaim", "PersistentVolume", "StorageClass", "ConfigMap"])
+    if kind == "PersistentVolumeClaim":
+        selected = (
+            {"volume.kubernetes.io/selected-node": f"n{rng.randrange(4)}"} if rng.random() < 0.2 else None
+        )
+        return kind, claim(
+            rng.choice(["c0", "c1", f"{pod_name}-scratch"]),
+            storage_class=rng.choice([None, "", "s0", "s1", "missing"]),
+            volume=rng.choice(["", "", "pv0", "pv1"]),
+            annotations=selected,
+        )
+    if kind == "PersistentVolume":
+        return kind, local_volume(f"pv{rng.randrange(2)}", rng.choice([None, "n0", "n1"]))
+    if kind == "StorageClass":
+        zones = [{"zone": ["z0"]}] if rng.random() < 0.5 else None
+        mode = rng.choice(["Immediate", "WaitForFirstConsumer"])
+        return kind, storage_class(f"s{rng.randrange(2)}", mode, topologies=zones, default=rng.random() < 0.3)
+    return kind, config_map(f"m{rng.randrange(2)}")
+
+
+def random_volumes(rng: random.Random) -> list[dict[str, Any]]:
+    volumes = [
+        claim_volume("data", rng.choice(["c0", "c1"])),
+        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+        config_map_volume("settings", f"m{rng.randrange(2)}", optional=rng.choice([None, True])),
+    ]
+    return rng.sample(volumes, rng.randrange(1, len(volumes) + 1))
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -261,6 +299,35 @@ def test_after_any_stream_of_watch_events_the_incremental_snapshot_is_a_rebuilt_
         fresh = schedule(compile_snapshot(incremental[0]), SchedulerConfig())
         assert planner.decide(incremental[0])[1] == fresh
         assert len(kept) == sum(cache.sizes().values())
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_after_any_stream_of_storage_changes_the_incremental_snapshot_is_a_rebuilt_one(seed: int) -> None:
+    """Claims, volumes, classes and ConfigMaps coming, changing and going under pods that all
+    join valid PodGroups, so every change reaches a task: the reader converts again exactly the
+    pods whose volumes or environment name what changed (a class: every pod naming a claim)."""
+    rng = random.Random(seed)
+    base = [queue("team-a", gpu=16), node("n0"), node("n1"), *(podgroup(f"g{i}") for i in range(3))]
+    for obj in base:
+        obj["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    cache = filled(base)
+    kept = CacheReader("kai-scheduler")
+    revision = 100
+    for _ in range(40):
+        for _ in range(rng.randrange(1, 4)):
+            revision += 1
+            name = f"g{rng.randrange(3)}-{rng.randrange(2)}"
+            if rng.random() < 0.3:
+                kind, obj = "Pod", pod(name, gpus=1, group=name[:2], volumes=random_volumes(rng))
+            else:
+                kind, obj = random_storage_object(rng, name)
+            obj["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+            stored = cache.sizes()[kind]
+            event = "DELETED" if stored and rng.random() < 0.2 else "MODIFIED"
+            cache.apply_event(event, kind, versioned(obj, str(revision)))
+        incremental = kept.read(cache, 0.0)
+        assert incremental == reference(cache, 0.0)
+        assert incremental == CacheReader("kai-scheduler").read(cache, 0.0)
 
 
 def test_the_reader_keeps_what_it_read_from_its_first_read() -> None:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 from builders import cluster, config
+from manifest_builders import convert, node, pod, queue
+from storage_builders import claim, claim_volume, storage_class
 
 from kai_ray.cluster.sim.simulator import STARTED_AGO_SECONDS, NodeGpus, SimulatedCluster
+from kai_ray.convert.volumes import selected_node_terms
 from kai_ray.model.objects import ClusterState, JobSpec, TaskSpec, TaskStatus
 
 pytestmark = pytest.mark.unit
@@ -148,3 +151,31 @@ def test_run_advances_between_cycles_and_reaches_a_fixed_point() -> None:
     assert results[2].end.tasks == results[1].end.tasks
     groups = {results[2].end.tasks[("frac", f"frac-{i}")].gpu_groups for i in range(2)}
     assert len(groups) == 1  # both halves share one GPU, and keep sharing it across cycles
+
+
+def test_a_pod_bound_with_a_delayed_claim_holds_every_pod_naming_the_claim_to_its_node() -> None:
+    """As `serve` annotates the claim with the node (`volume.kubernetes.io/selected-node`): the
+    claim's volume is provisioned there, so a later pod naming it must go there too."""
+    shared = [claim_volume("data", "shared")]
+    gated = pod("later", gpus=8, volumes=shared, schedulingGates=[{"name": "wait"}])
+    team = queue("team-a", gpu=16)
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}  # unset limits are 0 in KAI
+    team["spec"]["resources"].update(cpu=dict(unlimited), memory=dict(unlimited))
+    state, problems = convert(
+        team,
+        node("n1"),
+        node("n2"),
+        storage_class("local", "WaitForFirstConsumer"),
+        claim("shared", storage_class="local"),
+        pod("first", gpus=1, volumes=shared),
+        gated,
+    )
+    assert problems == []
+    sim = SimulatedCluster(state, config())
+    first_node = next(b.node for b in sim.run_cycle().plan.binds if b.task == "first")
+    later = next(t for job in sim.state.jobs for t in job.tasks if t.name == "later")
+    assert later.volume_node_affinity == (selected_node_terms(first_node),)
+    later.status = S.PENDING  # its gate lifted: 8 GPUs fit only on the other node
+    result = sim.run_cycle()
+    assert result.plan.binds == []
+    assert "later" in str(result.plan.pending_reasons)

@@ -34,6 +34,17 @@ tests/helm/test_chart_rbac.py renders the chart and compares these rules with th
 - apiGroups: [kai.scheduler]
   resources: [topologies]
   verbs: [list, watch]
+# Volumes and ConfigMaps pods name (where a pod may run, what it waits for); a delayed claim is
+# annotated with its pod's node before the pod is bound.
+- apiGroups: [""]
+  resources: [persistentvolumes, configmaps]
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [list, watch, patch]
+- apiGroups: [storage.k8s.io]
+  resources: [storageclasses]
+  verbs: [list, watch]
 - apiGroups: [scheduling.run.ai]
   resources: [queues]
   verbs: [list, watch]

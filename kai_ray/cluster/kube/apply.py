@@ -18,6 +18,12 @@ PodGroup's ``kai.scheduler/last-eviction-timestamp`` is set (it restarts the
 preemption-delay window, §3.7).  Pipelined pods only get a ``Pipelined`` Event:
 nothing is reserved for them.
 
+A pod with delayed claims (unbound claims of a `WaitForFirstConsumer` class) has each annotated
+with ``volume.kubernetes.io/selected-node`` before it gets its BindRequest or is bound directly,
+as kube-scheduler's VolumeBinding does before binding: the claim's provisioner then provisions
+the volume on the node the pod will run on.  A claim that cannot be annotated (the API refuses,
+or does not answer in time) keeps its pod unbound this cycle; the next cycle plans it again.
+
 Every call is independent, so they run with bounded concurrency; failures are
 collected in `ApplyResult` with the object named, never raised, because one
 bad pod must not stop the rest of the cycle.
@@ -30,10 +36,11 @@ import json
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import urllib3
 from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
@@ -44,9 +51,11 @@ from kai_ray.api.constants import (
     LAST_EVICTION_TIMESTAMP_ANNOTATION,
     SCHEDULER_NAME,
     SCHEDULING_GROUP,
+    SELECTED_NODE_ANNOTATION,
     SELECTED_NODE_LABEL,
 )
 from kai_ray.cluster.kube.status import (
+    MERGE_PATCH,
     PODGROUP_VERSION,
     PODGROUPS,
     CustomObjects,
@@ -62,6 +71,7 @@ from kai_ray.cluster.kube.status import (
     split_job_key,
 )
 from kai_ray.engine.plan import Bind, Eviction, Plan
+from kai_ray.model.objects import ClusterState
 
 if TYPE_CHECKING:
     from kai_ray.cluster.kube.binder import BindOutcome
@@ -74,6 +84,7 @@ __all__ = [
     "BlockedEviction",
     "apply_plan",
     "bind_request_body",
+    "delayed_claims",
     "pod_key",
     "received_gpu",
 ]
@@ -86,6 +97,15 @@ POD_NAME_LABEL = "pod-name"
 _Item = TypeVar("_Item", Bind, Eviction)
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+CLAIM_PATCH_TIMEOUT_SECONDS = 5.0
+"""How long annotating one delayed claim may take before its pod's bind waits for the next cycle."""
+_API_FAILURES = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+PodKey = tuple[str, str]
+"""(namespace, pod name)."""
+Lookup = Callable[[str, str, str], dict[str, Any] | None]
+"""(kind, namespace, name) → the cached object, or None (`ClusterCache.get`)."""
 
 
 @dataclass(frozen=True)
@@ -202,9 +222,13 @@ class _Applier:
         result: ApplyResult,
         direct: DirectBinder | None,
         observe: Callable[[str, Mapping[str, Any]], bool] | None,
+        claims: Mapping[PodKey, tuple[str, ...]],
+        lookup: Lookup | None,
     ) -> None:
         self.direct = direct
         self.observe = observe
+        self.claims = claims
+        self.lookup = lookup
         self.core = client.CoreV1Api(api)
         self.custom = CustomObjects(api)
         self.scheduler_name = scheduler_name
@@ -254,6 +278,8 @@ class _Applier:
             if why is not None:
                 self.result.add("skipped", (who, why))
                 return
+        if not self._select_node(namespace, bind.task, bind.node):
+            return
         body = bind_request_body(
             bind, uid, node_pool_label=self.node_pool_label, backoff_limit=self.backoff_limit
         )
@@ -297,6 +323,37 @@ class _Applier:
                 "Scheduled",
                 f"Successfully assigned pod {who} to node {bind.node} at node-pool {pool}",
             )
+
+    def _select_node(self, namespace: str, pod: str, node: str) -> bool:
+        """Annotate each delayed claim of the pod with its node (see the module docstring); False
+        when one could not be, with the error recorded: the pod is then not bound this cycle."""
+        for claim in self.claims.get((namespace, pod), ()):
+            cached = self.lookup("PersistentVolumeClaim", namespace, claim) if self.lookup else None
+            annotations = ((cached or {}).get("metadata") or {}).get("annotations") or {}
+            if annotations.get(SELECTED_NODE_ANNOTATION) == node:
+                continue
+            body = {"metadata": {"annotations": {SELECTED_NODE_ANNOTATION: node}}}
+            try:
+                response: Any = self.core.patch_namespaced_persistent_volume_claim(
+                    claim,
+                    namespace,
+                    body,
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=CLAIM_PATCH_TIMEOUT_SECONDS,
+                )
+            except _API_FAILURES as exc:
+                message = f"{api_error_message(exc)}; pod {namespace}/{pod} is not bound to {node} this cycle"
+                self.result.add(
+                    "errors",
+                    OperationError("annotate", f"PersistentVolumeClaim {namespace}/{claim}", message),
+                )
+                return False
+            if self.observe is not None:
+                # The next cycle must read the claim as selected for this node, as it now is.
+                self.observe("PersistentVolumeClaim", json.loads(response.data))
+            discard(response)
+        return True
 
     def _refusal(self, bind: Bind, pod: client.V1Pod) -> str | None:
         """Why this pod must not get a BindRequest now, or None when it may."""
@@ -464,6 +521,8 @@ def apply_plan(
     backoff_limit: int | None = None,
     direct: DirectBinder | None = None,
     observe: Callable[[str, Mapping[str, Any]], bool] | None = None,
+    claims: Mapping[PodKey, tuple[str, ...]] | None = None,
+    lookup: Lookup | None = None,
 ) -> ApplyResult:
     """Create BindRequests, evict victims and announce pipelined pods; never raises for API errors.
 
@@ -488,7 +547,10 @@ def apply_plan(
     (see `bind_request_body`).  ``direct`` (`BindMode.DIRECT`) binds each pod at once through
     it instead of creating a BindRequest, and writes no per-pod Event (the caller announces
     the cycle's binds per PodGroup).  ``observe(kind, object)`` (`ClusterCache.observe`) is
-    told of every BindRequest created, so a binder reading the cache finds it at once.
+    told of every BindRequest created, so a binder reading the cache finds it at once, and of
+    every claim annotated.  ``claims`` ((namespace, pod) → its delayed claims, `delayed_claims`)
+    are annotated with the pod's node before it is bound; ``lookup`` (`ClusterCache.get`) says
+    which already are, so those are not written again.
     """
     result = ApplyResult()
     applier = _Applier(
@@ -502,6 +564,8 @@ def apply_plan(
         result,
         direct,
         observe,
+        claims or {},
+        lookup,
     )
     gang_sizes = Counter(e.job for e in plan.evictions)
     evictions = _unique(plan.evictions)
@@ -536,6 +600,21 @@ def apply_plan(
         concurrency,
     )
     return result
+
+
+def delayed_claims(state: ClusterState, binds: Iterable[Bind]) -> dict[PodKey, tuple[str, ...]]:
+    """(namespace, pod) → the delayed claims (`TaskSpec.delayed_claims`) of each pod these binds
+    place, read from the state the plan was made from; only the binds' jobs are looked at."""
+    jobs = {bind.job for bind in binds}
+    if not jobs:
+        return {}
+    return {
+        (job.namespace, task.name): task.delayed_claims
+        for job in state.jobs
+        if job.key in jobs
+        for task in job.tasks
+        if task.delayed_claims
+    }
 
 
 def _budget_message(exc: ApiException) -> str:

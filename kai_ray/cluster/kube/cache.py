@@ -25,7 +25,9 @@ Pods are followed twice: every pod of this scheduler, and, as `ForeignPod`,
 the pods of other schedulers that sit on a node and have not finished.  Those
 hold node resources like ours do (a node must never be offered twice), but
 only what they occupy is kept (`convert.occupancy_only`), so a cluster full
-of other workloads costs the cache little memory.
+of other workloads costs the cache little memory.  Of the objects pods' volumes
+and environment name (claims, volumes, StorageClasses, ConfigMaps) only the
+fields the conversion reads are kept (`reduced`): a ConfigMap's data never is.
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ from kai_ray.api.constants import (
     PRIORITYCLASS_API_VERSION,
     QUEUE_API_VERSION,
     SCHEDULER_NAME,
+    STORAGE_API_VERSION,
     TOPOLOGY_API_VERSION,
 )
+from kai_ray.cluster.kube.reduced import REDUCED_KINDS, reduce, same_but_version
 from kai_ray.convert import occupancy_only
 
 __all__ = [
@@ -116,6 +120,10 @@ RESOURCES: Final[Mapping[str, Resource]] = {
         Resource("BindRequest", BINDREQUEST_API_VERSION, "bindrequests", namespaced=True),
         Resource("PriorityClass", PRIORITYCLASS_API_VERSION, "priorityclasses", namespaced=False),
         Resource("Topology", TOPOLOGY_API_VERSION, "topologies", namespaced=False),
+        Resource("PersistentVolumeClaim", CORE_API_VERSION, "persistentvolumeclaims", namespaced=True),
+        Resource("PersistentVolume", CORE_API_VERSION, "persistentvolumes", namespaced=False),
+        Resource("StorageClass", STORAGE_API_VERSION, "storageclasses", namespaced=False),
+        Resource("ConfigMap", CORE_API_VERSION, "configmaps", namespaced=True),
     )
 }
 KINDS: Final = tuple(RESOURCES)
@@ -189,7 +197,8 @@ class _MissingKind(Exception):
 
 class ClusterCache:
     """List+watch of Pods (of one scheduler), Nodes, Namespaces, Queues, PodGroups, BindRequests,
-    PriorityClasses and Topologies, one background thread per kind. Thread-safe.
+    PriorityClasses, Topologies and the storage objects and ConfigMaps pods name, one
+    background thread per kind. Thread-safe.
 
     `namespace` restricts the namespaced kinds to one namespace (cluster-scoped
     kinds are always read cluster-wide); None watches all namespaces. The watches
@@ -495,6 +504,9 @@ class ClusterCache:
             current = self._stores[kind].get(key)
             if current is not None and not _newer(entry.resource_version, current.resource_version):
                 return False
+            if current is not None and kind in REDUCED_KINDS and same_but_version(current.text, entry.text):
+                self._stores[kind][key] = entry  # nothing kept changed: no new generation (`reduced`)
+                return False
             deleted = self._tombstones[kind].get(key)
             if deleted is not None and not _newer(entry.resource_version, deleted):
                 return False  # a late write-through of an object already seen deleted
@@ -545,15 +557,15 @@ class ClusterCache:
         ns = self.namespace if resource.namespaced else None
         if resource.api_version == CORE_API_VERSION:
             core = client.CoreV1Api(self._watch_api)
-            if resource.kind == "Node":
-                return core.list_node
-            if resource.kind == "Namespace":
-                return core.list_namespace
+            if not resource.namespaced:
+                return cast(Callable[..., Any], getattr(core, f"list_{_snake(resource.kind)}"))
             if ns:
-                return functools.partial(core.list_namespaced_pod, ns)
-            return core.list_pod_for_all_namespaces
+                return functools.partial(getattr(core, f"list_namespaced_{_snake(resource.kind)}"), ns)
+            return cast(Callable[..., Any], getattr(core, f"list_{_snake(resource.kind)}_for_all_namespaces"))
         if resource.kind == "PriorityClass":
             return client.SchedulingV1Api(self._watch_api).list_priority_class
+        if resource.kind == "StorageClass":
+            return client.StorageV1Api(self._watch_api).list_storage_class
         custom = client.CustomObjectsApi(self._watch_api)
         if ns:
             return functools.partial(
@@ -733,10 +745,18 @@ def _normalise(obj: dict[str, Any], resource: Resource) -> dict[str, Any]:
     obj.setdefault("kind", resource.kind)
     if resource.key == FOREIGN_POD:
         return occupancy_only(obj)
+    if resource.kind in REDUCED_KINDS:
+        return reduce(obj)
     meta = obj.get("metadata")
     if isinstance(meta, dict) and "managedFields" in meta:
         obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
     return obj
+
+
+def _snake(kind: str) -> str:
+    """How the generated client names a core kind in its methods: PersistentVolumeClaim →
+    persistent_volume_claim."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")
 
 
 def _occupies_a_node(pod: Mapping[str, Any]) -> bool:

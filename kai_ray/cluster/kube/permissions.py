@@ -61,6 +61,12 @@ SCHEDULER_PERMISSIONS: tuple[Permission, ...] = (
     *_each("", "events", ("create",)),
     *_each("scheduling.k8s.io", "priorityclasses", ("list", "watch")),
     *_each("kai.scheduler", "topologies", ("list", "watch")),
+    # What pods' volumes and environment name (where a pod may run, what it waits for); a delayed
+    # claim is annotated with its pod's node before the pod is bound.
+    *_each("", "persistentvolumeclaims", ("list", "watch", "patch")),
+    *_each("", "persistentvolumes", ("list", "watch")),
+    *_each("storage.k8s.io", "storageclasses", ("list", "watch")),
+    *_each("", "configmaps", ("list", "watch")),
     *_each(_SCHEDULING, "queues", ("list", "watch")),
     *_each(_SCHEDULING, "queues", ("patch",), "status"),
     *_each(_SCHEDULING, "podgroups", ("get", "list", "watch", "patch")),

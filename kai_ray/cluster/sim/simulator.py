@@ -3,20 +3,24 @@
 Between cycles it does what a cluster (or KAI's integration harness) would:
 bound pods start running, pipelined pods go back to waiting, evicted pods
 are deleted and recreated as pending (unless their job is being deleted).
+A pod bound with delayed claims (`TaskSpec.delayed_claims`) selects its node
+for them, as `serve` writes `volume.kubernetes.io/selected-node` on each: from
+then on every pod naming such a claim, a recreated one too, is held to that node.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.collector import collection_paused
+from kai_ray.convert.volumes import selected_node_terms
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan, TaskState, task_state
 from kai_ray.engine.session import Session
 from kai_ray.engine.usage import UsageRecorder
-from kai_ray.model.objects import QUEUE_CHARGING, ClusterState, TaskStatus
+from kai_ray.model.objects import QUEUE_CHARGING, ClusterState, JobSpec, TaskStatus
 from kai_ray.model.resources import GPU
 from kai_ray.model.snapshot import compile_snapshot
 
@@ -95,6 +99,32 @@ class SimulatedCluster:
                 task.status = TaskStatus.BINDING if state.status == TaskStatus.ALLOCATED else state.status
                 task.node = state.node
                 task.gpu_groups = state.gpu_groups
+        self._select_nodes(plan, jobs)
+
+    def _select_nodes(self, plan: Plan, jobs: dict[str, JobSpec]) -> None:
+        """Each delayed claim of a pod bound this cycle is selected for the pod's node (see the
+        module docstring).  Tasks that gain the restriction are replaced, not changed in place:
+        the engine remembers what it derived from a task by the task object."""
+        selected: dict[tuple[str, str], str] = {}
+        for bind in plan.binds:
+            job = jobs[bind.job]
+            for task in job.tasks:
+                if task.name == bind.task:
+                    selected.update(((job.namespace, claim), bind.node) for claim in task.delayed_claims)
+        if not selected:
+            return
+        for job in self.state.jobs:
+            for index, task in enumerate(job.tasks):
+                terms = [
+                    selected_node_terms(node)
+                    for c in task.delayed_claims
+                    if (node := selected.get((job.namespace, c)))
+                ]
+                added = tuple(t for t in dict.fromkeys(terms) if t not in task.volume_node_affinity)
+                if added:
+                    job.tasks[index] = replace(
+                        task, volume_node_affinity=(*task.volume_node_affinity, *added)
+                    )
 
     def advance(self) -> None:
         """The between-cycle update of KAI's integration harness (FORMAT.md, Cycles)."""
