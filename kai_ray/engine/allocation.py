@@ -59,7 +59,7 @@ def allocate_job(
         return False
     for placed, task in enumerate(tasks):
         reason = place_task(session, statement, task, node_mask, pipeline_only)
-        if reason:
+        if reason is not None:
             statement.rollback(checkpoint)
             if _in_some_domain(session, statement, tasks, node_mask, pipeline_only):
                 return True
@@ -124,9 +124,8 @@ class _GroupWalk:
         if first_failure is None:
             return PendingReason(PendingCause.NO_ROOM, f"no nodes left for {group.name or 'the job'}")
         if len(masks) > 1:
-            return PendingReason(
-                first_failure.cause, f"none of {len(masks)} candidate domains held it; first: {first_failure}"
-            )
+            message = f"none of {len(masks)} candidate domains held it; first: {first_failure}"
+            return PendingReason(first_failure.cause, message, first_failure.refusals)
         return first_failure
 
     def _subsets(
@@ -162,15 +161,15 @@ class _GroupWalk:
     def _place(self, tasks: list[Task], mask: np.ndarray, bonus: np.ndarray | None) -> PendingReason | None:
         for task in tasks:
             reason = place_task(self.session, self.statement, task, mask, self.pipeline_only, bonus)
-            if reason:
+            if reason is not None:
                 placed = sum(1 for t in self.tasks if t.status in PLACED_NOW)
                 return _gang_reason(self.job, len(self.tasks), placed, reason)
         return None
 
 
-def _gang_reason(job: Job, wanted: int, placed: int, reason: str) -> PendingReason:
+def _gang_reason(job: Job, wanted: int, placed: int, reason: PendingReason) -> PendingReason:
+    """The pod's failure as the job's: the gang's count added; the pod's refusals kept."""
     if wanted == 1:
-        return PendingReason(PendingCause.NO_ROOM, reason)
-    return PendingReason(
-        PendingCause.NO_ROOM, f"gang needs {wanted} more pods together, only {placed} fit: {reason}"
-    )
+        return reason
+    message = f"gang needs {wanted} more pods together, only {placed} fit: {reason.message}"
+    return PendingReason(PendingCause.NO_ROOM, message, reason.refusals)

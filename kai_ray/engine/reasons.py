@@ -144,8 +144,13 @@ class NodeRefusal:
 
 @dataclass(frozen=True)
 class PendingReason:
+    """`refusals`: when a pod found no node, each cause that refused it some node (`node_refusals`),
+    so a backend writes typed causes (PodGroup conditions) without reading them back from the
+    message; empty for every other reason."""
+
     cause: PendingCause
     message: str
+    refusals: tuple[NodeRefusal, ...] = ()
 
     def __str__(self) -> str:
         return self.message

@@ -528,7 +528,9 @@ class Session:
         """Why the job still waits, action by action ("allocate: ...; reclaim: ..."), or once when
         every action gave the same reason.
 
-        The cause is the most telling one any action gave (see `main_cause`).
+        The cause is the most telling one any action gave (see `main_cause`); the node refusals
+        are the first action's that has any (the victim actions' searches are what-ifs, which
+        explain nothing per node).
         """
         by_action = self._reasons.get(job.key)
         if not by_action:
@@ -541,7 +543,8 @@ class Session:
             message = messages.pop()
         else:
             message = "; ".join(f"{action}: {reason.message}" for action, reason in by_action.items())
-        return PendingReason(main_cause(r.cause for r in by_action.values()), message)
+        refusals = next((reason.refusals for reason in by_action.values() if reason.refusals), ())
+        return PendingReason(main_cause(r.cause for r in by_action.values()), message, refusals)
 
     @contextlib.contextmanager
     def what_if(self) -> Iterator[None]:

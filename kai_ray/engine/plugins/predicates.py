@@ -90,6 +90,19 @@ def static_rows(table: NodeTable, spec: TaskSpec) -> list[tuple[NodeFilterCause,
     return causes
 
 
+def explained_rows(table: NodeTable, spec: TaskSpec) -> list[tuple[NodeFilterCause, np.ndarray, str]]:
+    """`static_rows`, kept per constraint signature while the table lives: an explanation is asked
+    for every pod that finds no node and for every Explain call, most of them alike. Kept apart from
+    the node filters so placing pods, which reads only the ANDed mask, holds no more arrays.
+    Callers must not change the arrays (some are the table's own)."""
+    memo = table_memo(table)
+    key = _signature(spec)
+    rows = memo.explained.get(key)
+    if rows is None:
+        rows = memo.explained[key] = static_rows(table, spec)
+    return rows
+
+
 class TableMemo:
     """What the plugin's answers read of a node table alone, kept for as long as the table lives.
 
@@ -101,6 +114,8 @@ class TableMemo:
     def __init__(self, table: NodeTable) -> None:
         self.static: dict[SignatureKey, NodeFilter] = {}
         """Constraint signature → the node filter of `_static_filter`."""
+        self.explained: dict[SignatureKey, list[tuple[NodeFilterCause, np.ndarray, str]]] = {}
+        """Constraint signature → `static_rows`, filled only by explanations (`explained_rows`)."""
         self.max_allocatable: np.ndarray = table.allocatable.max(axis=0, initial=0.0)
         self.too_big: dict[bytes, bool] = {}
         """Request (its bytes) → whether it is larger than any node: it reads only the request and
