@@ -465,13 +465,8 @@ def _explanation(e: pb.Explanation) -> Group:
         )
         parts.append(Text(line))
     if e.predicates:
-        predicates = Table(title=f"Nodes that fail each check (of {e.nodes_total})", title_justify="left")
-        predicates.add_column("check")
-        predicates.add_column("nodes", justify="right")
-        predicates.add_column("why", overflow="fold")
-        for p in e.predicates:
-            predicates.add_row(p.predicate, str(p.nodes), p.message)
-        parts.append(predicates)
+        parts.append(Text("nodes that refuse its next pod, each cause counted on its own:"))
+        parts.extend(_refusal(p, e.nodes_total) for p in e.predicates)
     if e.HasField("queue"):
         parts.append(_queues_table([e.queue]))
     if e.ahead:
@@ -484,6 +479,14 @@ def _explanation(e: pb.Explanation) -> Group:
     if e.to_free:
         parts.append(Text(f"to free for its next pods: {_resources(e.to_free)}"))
     return Group(*parts)
+
+
+def _refusal(failure: pb.PredicateFailure, total: int) -> Text:
+    """One cause as the engine words it ("3 of 4 nodes: host port 8080/TCP in use"), with the
+    kube-scheduler filter it is named after, dimmed."""
+    line = Text(f"  {failure.nodes} of {total} nodes: {failure.message}  ")
+    line.append(f"[{failure.predicate}]", style="dim")
+    return line
 
 
 def _what_if_view(response: pb.WhatIfResponse) -> Group:

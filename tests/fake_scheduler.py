@@ -273,7 +273,11 @@ class FakeService:
             message="gang needs 5 more pods together, only 1 fit",
             gang=pb.GangShortfall(min_available=5, pods_existing=5, pods_bound=0, pods_placeable=1),
             predicates=[
-                pb.PredicateFailure(predicate="resources", nodes=3, message="not enough nvidia.com/gpu")
+                pb.PredicateFailure(
+                    predicate="NodeResourcesFit",
+                    nodes=3,
+                    message="insufficient nvidia.com/gpu (the pod asks 8)",
+                )
             ],
             nodes_total=4,
             queue=QUEUES[2],

@@ -85,7 +85,7 @@ def main() -> None:
         )
         total = explanation.nodes_total
         for failure in explanation.predicates:
-            print(f"  {failure.predicate}: {failure.nodes} of {total} nodes ({failure.message})")
+            print(f"  {failure.nodes} of {total} nodes: {failure.message} [{failure.predicate}]")
         if explanation.to_free:
             print("  to free: " + ", ".join(f"{k} {v:g}" for k, v in sorted(explanation.to_free.items())))
 

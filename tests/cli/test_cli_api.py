@@ -143,7 +143,8 @@ def test_explain_shows_the_gang_the_checks_and_the_queue(server: FakeServer) -> 
     assert code == 0
     assert "team-b/waiting: PENDING (NoRoom)" in out
     assert "gang: 5 required, 5 exist, 0 bound, 1 more would fit now" in out
-    assert "resources" in out and "team-b/first" in out
+    assert "3 of 4 nodes: insufficient nvidia.com/gpu (the pod asks 8)  [NodeResourcesFit]" in out
+    assert "team-b/first" in out
     code, out, _ = run("explain", "team-b/waiting", "--server", server.address, "--output", "json")
     assert json.loads(out)["gang"]["pods_placeable"] == 1
 

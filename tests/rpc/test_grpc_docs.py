@@ -53,6 +53,7 @@ def test_the_client_example_runs_against_a_real_server(address: str) -> None:
     assert re.search(r"^ml/finetune runs on node-\d: 8 GPUs$", result.stdout, re.M)
     assert "ml/too-big: NoRoom: allocate: gang needs 5 more pods together, only 3 fit" in result.stdout
     assert "  gang: 5 must start together, 0 bound, 3 would fit now" in lines
+    assert "  1 of 4 nodes: insufficient nvidia.com/gpu (the pod asks 8) [NodeResourcesFit]" in lines
     assert "  to free: nvidia.com/gpu 16" in lines
     assert "queue default-queue: fair share 32 GPUs, allocated 8, requested 48; 1 running, 1 pending" in lines
     assert lines[-1] == "again: ALREADY_EXISTS, field 'name': workload ml/finetune already exists"

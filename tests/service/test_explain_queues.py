@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+import yaml
+from kai_ray_operators.manifests import prepare_manifests
 from service_builders import NOW, cluster, gpu_job
 
 from kai_ray.service.api import SchedulerService
@@ -36,8 +38,82 @@ def test_node_predicates_are_counted(service: SchedulerService, backend: SimBack
     backend.run_cycle()
     assert service.get_workload(pb.GetWorkloadRequest(id="ml/filler"), ANYONE).placements[0].node == "node-0"
     explanation = service.explain(pb.ExplainRequest(id="ml/picky"), ANYONE)
-    failures = {p.predicate: p.nodes for p in explanation.predicates}
-    assert failures == {"NodeAffinity": 1, "InsufficientGPU": 1}
+    failures = {p.predicate: (p.nodes, p.message) for p in explanation.predicates}
+    assert failures == {
+        "NodeAffinity": (
+            1,
+            "node selector, required node affinity or a volume's node affinity does not match",
+        ),
+        "NodeResourcesFit": (1, "insufficient nvidia.com/gpu (the pod asks 4)"),
+    }
+
+
+def web_pod(name: str, **requests: str) -> str:
+    """A bare pod of team-a that wants port 8080 on its host and no other `app: web` pod there."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"kai.scheduler/queue": "team-a", "app": "web"}},
+            "spec": {
+                "schedulerName": "kai-scheduler",
+                "affinity": {
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {"matchLabels": {"app": "web"}},
+                                "topologyKey": "kubernetes.io/hostname",
+                            }
+                        ]
+                    }
+                },
+                "containers": [
+                    {
+                        "name": "c",
+                        "ports": [{"containerPort": 8080, "hostPort": 8080}],
+                        "resources": {"requests": {"nvidia.com/gpu": "1", **requests}},
+                    }
+                ],
+            },
+        }
+    )
+
+
+def submit_pods(service: SchedulerService, *documents: str) -> None:
+    for document in documents:
+        request = pb.SubmitWorkloadRequest(namespace="ml", manifests=pb.Manifests(documents=[document]))
+        service.submit_workload(request, ANYONE)
+
+
+def test_the_engines_pod_rules_are_the_explanations_predicates(backend: SimBackend) -> None:
+    service = SchedulerService(backend, grouper=prepare_manifests)
+    submit_pods(service, web_pod("web-0"), web_pod("web-1"))
+    backend.run_cycle()
+    submit_pods(service, web_pod("web-2"))
+    backend.run_cycle()
+    explanation = service.explain(pb.ExplainRequest(id="ml/web-2"), ANYONE)
+    assert explanation.state == pb.PENDING and explanation.nodes_total == 2
+    assert {(p.predicate, p.nodes) for p in explanation.predicates} == {
+        ("InterPodAntiAffinity", 2),
+        ("ExistingPodsAntiAffinity", 2),
+        ("NodePorts", 2),
+    }
+    ports = next(p for p in explanation.predicates if p.predicate == "NodePorts")
+    assert ports.message == "host port 8080/TCP in use"
+    # Both nodes have 7 GPUs free, but the rules admit it to neither.
+    assert explanation.gang.pods_placeable == 0
+
+
+def test_an_extended_resource_no_node_offers_is_named(backend: SimBackend) -> None:
+    service = SchedulerService(backend, grouper=prepare_manifests)
+    submit_pods(service, web_pod("rdma", **{"rdma/hca": "1"}))
+    backend.run_cycle()
+    explanation = service.explain(pb.ExplainRequest(id="ml/rdma"), ANYONE)
+    assert explanation.state == pb.PENDING
+    assert [(p.predicate, p.nodes, p.message) for p in explanation.predicates] == [
+        ("NodeResourcesFit", 2, "insufficient rdma/hca")
+    ]
+    assert explanation.gang.pods_placeable == 0
 
 
 def test_over_limit_is_explained_with_the_queues_numbers(

@@ -527,6 +527,13 @@ def _condition_equal(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in ("type", "nodePool", "reason", "message", "status"))
 
 
+def _explanations(reason: PendingReason) -> list[dict[str, str]]:
+    """KAI's `UnschedulableExplanation`s for one reason: its own, then its node refusals' (KAI
+    writes none of those, and clients tolerate reasons they do not know, §13.2)."""
+    own = {"reason": reason.cause.kai_reason, "message": reason.message}
+    return [own, *({"reason": r.cause.value, "message": str(r)} for r in reason.refusals)]
+
+
 def desired_conditions(
     current: Sequence[Mapping[str, Any]],
     node_pool: str,
@@ -538,7 +545,9 @@ def desired_conditions(
     Mirrors KAI's updater: one entry per node pool; the updated pool's entry moves to the end
     (consumers read the last entry as current); ``transitionID`` is the last entry's id + 1.
     ``reasons[]`` carries one machine-readable explanation per reason, from its cause (never
-    from the message text); ``message`` joins the messages.
+    from the message text), each followed by one per node refusal it carries, whose reason is the
+    refusing filter's name (``InterPodAntiAffinity``, ``NodePorts``...) and whose message counts
+    its nodes; ``message`` joins the messages.
     """
     message = "; ".join(dict.fromkeys(reason.message for reason in reasons))
     condition: dict[str, Any] = {
@@ -546,7 +555,7 @@ def desired_conditions(
         "nodePool": node_pool,
         "reason": REASON_UNSCHEDULABLE,
         "message": message,
-        "reasons": [{"reason": r.cause.kai_reason, "message": r.message} for r in reasons],
+        "reasons": [entry for reason in reasons for entry in _explanations(reason)],
         "status": "True",
     }
     last = current[-1] if current else None
