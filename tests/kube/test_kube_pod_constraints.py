@@ -30,6 +30,18 @@ def conditions(api: Any, namespace: str) -> list[str]:
     ]
 
 
+def condition_reasons(api: Any, namespace: str) -> list[dict[str, str]]:
+    """Every `reasons[]` entry of the namespace's PodGroups' scheduling conditions, as stored."""
+    custom = client.CustomObjectsApi(api)
+    groups = custom.list_namespaced_custom_object("scheduling.run.ai", "v2alpha2", namespace, "podgroups")
+    return [
+        reason
+        for group in groups["items"]
+        for condition in (group.get("status") or {}).get("schedulingConditions", [])
+        for reason in condition.get("reasons") or []
+    ]
+
+
 def placed(core: client.CoreV1Api, namespace: str) -> dict[str, str | None]:
     return {pod.metadata.name: pod.spec.node_name for pod in core.list_namespaced_pod(namespace).items}
 
@@ -93,6 +105,9 @@ def test_a_deployment_with_required_anti_affinity_binds_one_replica_per_node_and
     message = next(m for m in conditions(kube_api, namespace) if "pod anti-affinity" in m)
     assert f"3 nodes: pod anti-affinity with {namespace}/web-" in message
     assert HOST in message
+    # The typed refusal beside KAI's own explanation, kept by the PodGroup CRD as written.
+    typed = [r for r in condition_reasons(kube_api, namespace) if r["reason"] == "InterPodAntiAffinity"]
+    assert typed and typed[0]["message"].startswith(f"3 nodes: pod anti-affinity with {namespace}/web-")
 
 
 def test_pods_binding_one_host_port_go_one_per_node(kube_api: Any, zone: Zone) -> None:
