@@ -145,6 +145,7 @@ class PodSpec(KubeModel):
     tolerations: list[Toleration] = Field(default_factory=list)
     scheduling_gates: list[SchedulingGate] = Field(default_factory=list)
     topology_spread_constraints: list[TopologySpreadConstraint] = Field(default_factory=list)
+    host_network: bool = False
     volumes: list[Volume] = Field(default_factory=list)
 
 

@@ -164,10 +164,18 @@ OCCUPANCY_FIELDS = {
         "labels",
         "annotations",
     ),
-    "spec": ("schedulerName", "nodeName", "containers", "initContainers", "overhead", "affinity"),
+    "spec": (
+        "schedulerName",
+        "nodeName",
+        "containers",
+        "initContainers",
+        "overhead",
+        "affinity",
+        "hostNetwork",
+    ),
     "status": ("phase",),
 }
-_CONSTRAINTS = {"spec": ("affinity",), "container": ("ports",)}
+_CONSTRAINTS = {"spec": ("affinity", "hostNetwork"), "container": ("ports",)}
 """What of an occupant binds the pods placed beside it rather than what it holds."""
 
 

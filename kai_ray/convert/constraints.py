@@ -293,19 +293,25 @@ def _policy(value: str | None, default: str, path: str) -> bool:
 
 def host_ports(spec: PodSpec) -> tuple[HostPort, ...]:
     """The ports the pod binds on its node, init containers' included (kubelet binds them too);
-    0.0.0.0 is written as "" (every address), so equal claims compare equal."""
+    0.0.0.0 is written as "" (every address), so equal claims compare equal.  On the host's network
+    a container port is a host port even where `hostPort` is not written (the API server's
+    defaulting, which manifests never met)."""
     ports: set[HostPort] = set()
     for section, containers in (("containers", spec.containers), ("initContainers", spec.init_containers)):
         for i, container in enumerate(containers):
             for j, port in enumerate(container.ports):
                 path = f"spec.{section}[{i}].ports[{j}]"
                 _check_known(port.protocol, _PROTOCOLS, f"{path}.protocol")
-                if port.host_port == 0:
-                    continue
-                if not 0 < port.host_port <= _MAX_PORT:
-                    raise Invalid(
-                        f"{path}.hostPort", f"must be between 1 and {_MAX_PORT}, got {port.host_port}"
-                    )
-                address = "" if port.host_ip in _ALL_ADDRESSES else port.host_ip
-                ports.add(HostPort(port.host_port, port.protocol, address))
+                _check_port(port.container_port, f"{path}.containerPort")
+                if port.host_port:
+                    _check_port(port.host_port, f"{path}.hostPort")
+                bound = port.host_port or (port.container_port if spec.host_network else 0)
+                if bound:
+                    address = "" if port.host_ip in _ALL_ADDRESSES else port.host_ip
+                    ports.add(HostPort(bound, port.protocol, address))
     return tuple(sorted(ports, key=lambda p: (p.port, p.protocol, p.host_ip)))
+
+
+def _check_port(number: int, path: str) -> None:
+    if not 0 < number <= _MAX_PORT:
+        raise Invalid(path, f"must be between 1 and {_MAX_PORT}, got {number}")

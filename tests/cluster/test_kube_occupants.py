@@ -18,11 +18,15 @@ pytestmark = pytest.mark.unit
 
 
 def web(weight: Any = 10) -> dict[str, Any]:
-    """Another scheduler's pod on n1 with a host port and preferred and required anti-affinity."""
+    """Another scheduler's pod on n1, on the host's network, with a host port and preferred and
+    required anti-affinity."""
     body = pod(
         "web", ns="other", gpus=1, labels={"app": "web"}, schedulerName="default-scheduler", nodeName="n1"
     )
-    body["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080, "name": "http"}]
+    body["spec"]["containers"][0]["ports"] = [
+        {"containerPort": 80, "hostPort": 8080, "name": "http"},
+        {"containerPort": 9090},
+    ]
     term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
     body["spec"]["affinity"] = {
         "podAntiAffinity": {
@@ -31,6 +35,7 @@ def web(weight: Any = 10) -> dict[str, Any]:
         }
     }
     body["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    body["spec"]["hostNetwork"] = True
     body["status"] = {"phase": "Running"}
     return body
 
@@ -39,10 +44,12 @@ def test_occupancy_keeps_ports_and_affinity_unless_told_not_to() -> None:
     full = web()
     reduced = occupancy_only(full)
     assert reduced["spec"]["affinity"] == full["spec"]["affinity"]
+    assert reduced["spec"]["hostNetwork"] is True
     assert reduced["spec"]["containers"][0]["ports"] == full["spec"]["containers"][0]["ports"]
     assert "volumes" not in reduced["spec"]
     bare = occupancy_only(full, constraints=False)
-    assert "affinity" not in bare["spec"] and "ports" not in bare["spec"]["containers"][0]
+    assert "affinity" not in bare["spec"] and "hostNetwork" not in bare["spec"]
+    assert "ports" not in bare["spec"]["containers"][0]
     assert bare["spec"]["containers"][0]["resources"] == full["spec"]["containers"][0]["resources"]
 
 
@@ -60,7 +67,8 @@ def held_after(*objects: dict[str, Any]) -> tuple[list[HeldPod], list[str]]:
 def test_a_foreign_pod_in_the_cache_keeps_its_ports_and_anti_affinity() -> None:
     (held,), problems = held_after(web())
     assert problems == []
-    assert held.task.host_ports == (HostPort(8080),) and held.task.pod_affinity is not None
+    assert held.task.host_ports == (HostPort(8080), HostPort(9090))  # 9090 on the host's network
+    assert held.task.pod_affinity is not None
     assert held.task.pod_affinity.required_anti[0].namespaces == {"other"}
 
 

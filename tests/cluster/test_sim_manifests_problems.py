@@ -298,6 +298,10 @@ def ports(*entries: dict[str, Any], init: bool = False) -> dict[str, Any]:
             "spec.containers[0].ports[0].hostPort: must be between 1 and 65535, got -1",
         ),
         (
+            ports({"hostPort": 8080}),
+            "spec.containers[0].ports[0].containerPort: must be between 1 and 65535, got 0",
+        ),
+        (
             ports({"containerPort": 80}, {"containerPort": 81, "protocol": "HTTP"}),
             "spec.containers[0].ports[1].protocol: unknown value 'HTTP' (known: TCP, UDP, SCTP)",
         ),

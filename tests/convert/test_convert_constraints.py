@@ -282,3 +282,11 @@ def test_a_node_lists_every_allocatable_resource_outside_the_node_vector() -> No
         "nvidia.com/mig-1g.10gb": 0.0,
         "rdma/hca": 4.0,
     }
+
+
+def test_on_the_hosts_network_every_container_port_is_a_host_port() -> None:
+    main = {"name": "main", "ports": [{"containerPort": 9090}, {"containerPort": 80, "hostPort": 8080}]}
+    assert task_of(pod("p", hostNetwork=True, containers=[main])).host_ports == (
+        HostPort(8080, "TCP"),
+        HostPort(9090, "TCP"),
+    )
