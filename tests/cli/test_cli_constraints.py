@@ -121,6 +121,7 @@ def test_the_constraints_example_places_as_its_docs_say() -> None:
     assert placed["rdma-train"] == "gpu-node-4" and placed["scratch"] is None
     assert placed["exporter-1"] != placed["exporter-2"]
     assert placed["either-term"] == "gpu-node-3"
+    assert placed["dataset-reader"] == "gpu-node-2" and placed["configured-trainer"] is None
     zones = {"gpu-node-1": "a", "gpu-node-2": "a", "gpu-node-3": "b", "gpu-node-4": "b"}
     spread = sorted(zones[node] for name, node in placed.items() if name.startswith("spread-batch") and node)
     assert spread == ["a", "a", "b", "b"]
