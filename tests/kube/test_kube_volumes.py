@@ -72,8 +72,13 @@ class Storage:
     def close(self) -> None:
         for name in self.volumes:
             self.core.delete_persistent_volume(name)
-            # Its protection finalizer is lifted by a controller that may not run here.
-            self.core.patch_persistent_volume(name, {"metadata": {"finalizers": None}})
+            # Its protection finalizer is lifted by a controller that may not run here (and
+            # where it runs, the volume may be gone already).
+            try:
+                self.core.patch_persistent_volume(name, {"metadata": {"finalizers": None}})
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
         for name in self.classes:
             self.storage.delete_storage_class(name)
 
