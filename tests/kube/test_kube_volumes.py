@@ -231,3 +231,29 @@ def test_a_pod_waiting_for_a_config_map_says_why_and_is_bound_in_the_cycle_after
         scheduler.stop()
     assert [bind.task for bind in outcome.plan.binds] == ["reader"]
     assert node_of(core, namespace, "reader") is not None
+
+
+def test_a_claim_naming_an_unknown_storage_class_is_reported_on_its_pod_and_the_others_are_bound(
+    kube_api: Any, zone: Zone
+) -> None:
+    """Bad input (issue 34, item 10): an InvalidObject Event on the pod names the volume's field."""
+    namespace, core = zone.name, client.CoreV1Api(kube_api)
+    claim(core, namespace, "scratch", f"{namespace}-no-such-class")
+    create_pod(zone, "writer", [claim_volume("scratch")])
+    create_pod(zone, "other", [])
+    scheduler = KubeScheduler(kube_api, namespace=namespace, grouper=PodGroupController(kube_api))
+    scheduler.start()
+    field = "spec.volumes[0].persistentVolumeClaim"
+
+    def reported() -> bool:
+        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=writer").items
+        return any(e.reason == "InvalidObject" and field in (e.message or "") for e in events)
+
+    try:
+        # Every cycle runs to its end (`run_cycle` raises otherwise) while the pod stays reported.
+        assert eventually(
+            lambda: node_of(core, namespace, "other") is not None and reported(), 60, scheduler.run_cycle
+        )
+    finally:
+        scheduler.stop()
+    assert node_of(core, namespace, "writer") is None
