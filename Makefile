@@ -17,9 +17,10 @@ $(STAMP): $(BIN)/python pyproject.toml
 demo: $(STAMP)
 	$(BIN)/kai-ray simulate examples/quickstart
 
-# kube-apiserver + etcd (+ kwok), KubeRay's ray-operator, the Kubeflow training-operator, helm and
-# grpcurl for the Kubernetes, chart and gRPC tests, built from their Go modules into ~/.cache/kai-ray/k8s-test-bin
-# once (cold: roughly 18 min on 2 cores, 4-6 of them for the operators, 3 for helm; then a no-op).
+# kube-apiserver, kube-controller-manager, etcd (+ kwok), KubeRay's ray-operator, the Kubeflow
+# training-operator, helm and grpcurl for the Kubernetes, chart and gRPC tests, built from their Go
+# modules into ~/.cache/kai-ray/k8s-test-bin once (cold: roughly 18 min on 2 cores, 4-6 of them for
+# the operators, 3 for helm, under 1 for kube-controller-manager; then a no-op).
 kube-bins:
 	bash kai_ray/devcluster/toolchain/build-bins.sh
 	bash kai_ray/devcluster/toolchain/build-operators.sh

@@ -27,6 +27,7 @@ from kai_ray.cluster.kube.bind_mode import BindMode
 from kai_ray.cluster.sim.past_usage import PastUsage, PastUsageError, read_past_usage, read_usage_file
 from kai_ray.cluster.sim.scenario import ScenarioError, is_scenario_file, load_scenario
 from kai_ray.cluster.sim.simulator import SimulatedCluster
+from kai_ray.devcluster.control_plane import ControllerManager
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.usage import UsageRecorder
 from kai_ray.model.objects import ClusterState
@@ -541,8 +542,16 @@ def devcluster_up(
             "--crd-dir", help="Install the CRDs in these YAML files instead of kai-ray's generated ones."
         ),
     ] = None,
+    controller_manager: Annotated[
+        ControllerManager,
+        typer.Option(
+            "--controller-manager",
+            help="Run kube-controller-manager's Deployment, ReplicaSet, Job, garbage-collector, "
+            "namespace and PV-binder controllers: auto (when its binary was built), on, off.",
+        ),
+    ] = "auto",
 ) -> None:
-    """Start etcd, kube-apiserver and a pod runner; install CRDs and KAI's default objects."""
+    """Start etcd, kube-apiserver, a pod runner and controllers; install CRDs and KAI's default objects."""
     from kai_ray import devcluster
 
     # Checked here too so the one-line error names the flag (start() checks both again).
@@ -558,12 +567,18 @@ def devcluster_up(
         _fail([f"--crd-dir: {exc}"])
     try:
         cluster = devcluster.start(
-            directory, nodes=nodes, gpus_per_node=gpus_per_node, bin_dir=bin_dir, crd_dir=crd_dir
+            directory,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            bin_dir=bin_dir,
+            crd_dir=crd_dir,
+            controller_manager=controller_manager,
         )
     except devcluster.DevClusterError as exc:
         _fail([str(exc)])
     typer.echo(f"kubeconfig: {cluster.kubeconfig}")
     typer.echo(f"server: {cluster.server}")
+    typer.echo(f"controllers: {', '.join(cluster.controllers) or 'none (no kube-controller-manager)'}")
 
 
 @devcluster_app.command("down")

@@ -1,4 +1,4 @@
-"""A throwaway Kubernetes control plane on loopback (etcd, kube-apiserver, kwok) for users and tests.
+"""A throwaway Kubernetes control plane on loopback (etcd, kube-apiserver, kwok, kube-controller-manager).
 
 Not part of a running scheduler: `kai-ray devcluster up/down`, the Kubernetes tests and
 `kai-ray bench --kube` use it.  `control_plane` starts and stops it, `seeding` creates what a
@@ -7,6 +7,7 @@ fresh KAI install has (kai-ray's CRDs generated from its models, so no checkout 
 `toolchain/`) the executables, `credentials` writes keys and kubeconfigs, `audit` reads the
 API server's record of writes, `fake_kubelet` plays the kubelet when kwok was not built,
 `operators` runs the upstream KubeRay and Kubeflow training operators against it.
+`CONTROLLERS` are the kube-controller-manager controllers it runs (and the reasons).
 """
 
 from kai_ray.devcluster.audit import read_audit_events
@@ -17,7 +18,14 @@ from kai_ray.devcluster.binaries import (
     repo_root,
     require_binaries,
 )
-from kai_ray.devcluster.control_plane import DevCluster, PodRunner, start, stop
+from kai_ray.devcluster.control_plane import (
+    CONTROLLERS,
+    ControllerManager,
+    DevCluster,
+    PodRunner,
+    start,
+    stop,
+)
 from kai_ray.devcluster.credentials import service_account_kubeconfig
 from kai_ray.devcluster.fake_kubelet import run_fake_kubelet
 from kai_ray.devcluster.operators import (
@@ -42,10 +50,12 @@ from kai_ray.devcluster.seeding import (
 )
 
 __all__ = [
+    "CONTROLLERS",
     "DEFAULT_PRIORITY_CLASSES",
     "FAKE_NODE_ANNOTATION",
     "KUBERAY",
     "TRAINING_OPERATOR",
+    "ControllerManager",
     "DevCluster",
     "DevClusterError",
     "OperatorProcess",

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 __all__ = [
+    "CONTROLLER_MANAGER",
     "CONTROL_PLANE_BINARIES",
     "KUBECTL_BINARIES",
     "OPERATOR_BINARIES",
@@ -22,6 +23,10 @@ __all__ = [
 
 #: What ``toolchain/build-bins.sh`` must have produced for ``start`` (kwok is optional).
 CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver")
+#: Also built by ``toolchain/build-bins.sh``, from kube-apiserver's module.  Optional for ``start``
+#: (``controller_manager="auto"`` runs it when present), so a ``KAI_RAY_K8S_BIN_DIR`` of older
+#: binaries still works, without controllers.
+CONTROLLER_MANAGER = "kube-controller-manager"
 #: What else ``toolchain/build-bins.sh`` builds: a kubectl of the same version, for the test that
 #: runs docs/install.md (not needed by ``start``, so a ``KAI_RAY_K8S_BIN_DIR`` without it is fine).
 KUBECTL_BINARIES = ("kubectl",)
@@ -50,9 +55,11 @@ installed kai-ray builds its dev cluster's binaries as a checkout does."""
 
 
 def build_bins(timeout: float = 3600.0) -> Path:
-    """Build (first time only) or locate kube-apiserver/etcd/kwok and return their directory.
+    """Build (first time only) or locate the control plane's binaries and return their directory.
 
-    ``KAI_RAY_K8S_BIN_DIR`` short-circuits the build for machines that already have binaries.
+    That is etcd, kube-apiserver, kube-controller-manager, kubectl and kwok; only the first two
+    are required of it.  ``KAI_RAY_K8S_BIN_DIR`` short-circuits the build for machines that
+    already have binaries.
     """
     return built_dir("build-bins.sh", "KAI_RAY_K8S_BIN_DIR", CONTROL_PLANE_BINARIES, timeout)
 

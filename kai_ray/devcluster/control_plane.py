@@ -1,4 +1,5 @@
-"""A throwaway Kubernetes control plane on loopback: etcd + kube-apiserver (+ kwok) for tests and demos.
+"""A throwaway Kubernetes control plane on loopback: etcd + kube-apiserver (+ kwok, + some of
+kube-controller-manager's controllers) for tests and demos.
 
 Why this exists: kai-ray's Kubernetes backend must be tested against a *real* kube-apiserver
 (the same approach as controller-runtime's envtest and KAI's own env-tests), never a mocked
@@ -12,10 +13,15 @@ What it starts (everything bound to 127.0.0.1 on free ports, nothing else is dia
 * etcd (``--unsafe-no-fsync``: test data is disposable, fsync would dominate on CI disks);
 * kube-apiserver with a static bearer token in ``system:masters`` (works before RBAC
   bootstrap finishes), the ServiceAccount and TaintNodesByCondition admission plugins off
-  (no controller-manager runs to create ServiceAccounts or lift not-ready taints);
+  (no ServiceAccount controller or node lifecycle controller runs to create ``default``
+  ServiceAccounts or lift not-ready taints);
 * a pod runner that plays the kubelet for fake nodes: pods bound to them become Running,
   terminating pods are finalized.  That is kwok when it was built, else a small in-repo
-  fake kubelet (``python -m kai_ray.devcluster.fake_kubelet KUBECONFIG``).
+  fake kubelet (``python -m kai_ray.devcluster.fake_kubelet KUBECONFIG``);
+* kube-controller-manager running only ``CONTROLLERS`` (when its binary was built, see
+  ``controller_manager``), so Deployments, ReplicaSets and Jobs get pods, owned objects are
+  garbage-collected, namespaces finish deleting and PVCs bind to PVs as on a real cluster.
+  Never kube-scheduler: kai-ray is the scheduler under test.
 
 ``start`` then installs kai-ray's CRDs (generated from its models in process, so an installed
 kai-ray needs no checkout; or the CRD files of a directory), the default objects of a fresh KAI
@@ -32,9 +38,10 @@ their owner only, because DIR is often under a shared /tmp and the token is clus
 (``read_audit_events``), so tests can check which identity/user agent changed what.
 ``service_account_kubeconfig`` gives tests a non-admin identity for checking RBAC.
 
-Not provided (no kube-controller-manager runs): namespace deletion finishing, garbage
-collection of ownerReferences, Job/ReplicaSet controllers.  Tests use unique namespaces and
-delete pods with ``grace_period_seconds=0``.
+Not provided: anything of a kubelet beyond kwok's stages, any controller outside
+``CONTROLLERS`` (node lifecycle, pod GC, DaemonSet, disruption, ...), and every controller
+with ``controller_manager="off"`` (or no kube-controller-manager binary): then namespaces never
+finish deleting and nothing acts on ownerReferences, Deployments or Jobs.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from kai_ray.devcluster.audit import AUDIT_LOG, AUDIT_POLICY, prepare_audit
-from kai_ray.devcluster.binaries import DevClusterError, build_bins, require_binaries
+from kai_ray.devcluster.binaries import CONTROLLER_MANAGER, DevClusterError, build_bins, require_binaries
 from kai_ray.devcluster.credentials import generate_rsa_key, write_kubeconfig
 from kai_ray.devcluster.processes import (
     LOOPBACK,
@@ -84,15 +91,55 @@ from kai_ray.devcluster.seeding import (
 # does not spin on a dying apiserver, etcd last so the apiserver can shut down cleanly.  Any
 # other recorded process (the operators of `operators`) is a client started later and goes
 # before all of these: while its watches are open the apiserver waits out the whole grace.
-_STOP_ORDER = ("pod-runner", "kube-apiserver", "etcd")
+_STOP_ORDER = ("pod-runner", "kube-controller-manager", "kube-apiserver", "etcd")
 
 # What stop() deletes besides etcd's data: everything holding a credential (the admin token,
-# the ServiceAccount signing key, the serving key under pki/) and the audit log.
-_SECRETS = ("tokens.csv", "kubeconfig", "sa.key", "pki", AUDIT_LOG)
+# the controller-manager's token, the ServiceAccount signing key, the serving keys under pki/)
+# and the audit log.
+_CONTROLLER_MANAGER_KUBECONFIG = "kube-controller-manager.kubeconfig"
+_SECRETS = ("tokens.csv", "kubeconfig", _CONTROLLER_MANAGER_KUBECONFIG, "sa.key", "pki", AUDIT_LOG)
 
 _T = TypeVar("_T")
 PodRunner = Literal["auto", "kwok", "fake-kubelet", "none"]
+ControllerManager = Literal["auto", "on", "off"]
 _PORT_ATTEMPTS = 3
+
+#: The kube-controller-manager controllers a dev cluster runs (its ``--controllers``), each
+#: because a workload or test needs what it does on a real cluster:
+#:
+#: * deployment, replicaset, job: Deployments and Jobs get their pods (kwok's stages complete
+#:   Job-owned pods, so Jobs finish too); ttl-after-finished deletes finished Jobs that ask for
+#:   it (``ttlSecondsAfterFinished``), as KubeRay's and the trainers' Jobs may;
+#: * garbage-collector: deleting an owner deletes what it owns (ownerReferences);
+#: * namespace: a deleted namespace is emptied and goes away instead of staying Terminating;
+#: * persistentvolume-binder: a PVC binds to a matching PV; the two protection controllers
+#:   take off the finalizers the apiserver's StorageObjectInUseProtection admission puts on
+#:   PVCs and PVs, so they can be deleted.
+#:
+#: Left out on purpose: the node lifecycle and taint-eviction controllers (kwok owns node
+#: status; they would taint and evict kwok's nodes and pods), the pod garbage collector (it
+#: deletes pods on nodes it finds gone or not ready), DaemonSet (it would put pods on every
+#: fake GPU node), disruption (it writes PodDisruptionBudget status the scheduler's tests set
+#: up themselves), the ServiceAccount controllers (the ServiceAccount admission plugin is off,
+#: so pods need no ``default`` ServiceAccount or token Secret), and every node IPAM, route,
+#: service, certificate and cloud controller.  kube-scheduler never runs: kai-ray schedules.
+CONTROLLERS = (
+    "deployment-controller",
+    "replicaset-controller",
+    "job-controller",
+    "ttl-after-finished-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
+)
+#: The identity the controller manager logs in as: the bootstrap RBAC binds this user to the
+#: ``system:kube-controller-manager`` ClusterRole (list/watch everything, create ServiceAccount
+#: tokens), and each controller then acts as its own ServiceAccount in kube-system
+#: (``--use-service-account-credentials``) with the bootstrap role of that controller, as on a
+#: kubeadm cluster.  Not in ``system:masters``, so a controller cannot do what its role forbids.
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 
 
 # --------------------------------------------------------------------------------------------
@@ -113,6 +160,8 @@ class DevCluster:
     pod_runner: str
     nodes: tuple[str, ...] = field(default_factory=tuple)
     gpus_per_node: int = 0
+    #: The kube-controller-manager controllers running (``CONTROLLERS``), empty when it does not run.
+    controllers: tuple[str, ...] = ()
     #: The apiserver's JSON-lines audit log when started with ``audit=True`` (see ``read_audit_events``).
     audit_log: Path | None = None
 
@@ -195,6 +244,7 @@ def start(
     ready_timeout: float = 180.0,
     die_with_parent: bool = False,
     audit: bool = False,
+    controller_manager: ControllerManager = "auto",
 ) -> DevCluster:
     """Start etcd + kube-apiserver (+ pod runner) on loopback and seed a fresh KAI install.
 
@@ -215,12 +265,23 @@ def start(
     ``audit`` makes the apiserver log every mutating request to ``DIR/audit.log``
     (``DevCluster.audit_log``, ``read_audit_events``); off by default since it costs a
     synchronous file write per mutation.
+    ``controller_manager`` runs kube-controller-manager with ``CONTROLLERS``: ``"on"`` (its
+    binary must be in ``bin_dir``), ``"off"``, or ``"auto"`` (the default: on when the binary
+    is there, which ``build_bins`` always builds, so a cluster behaves like a real one unless
+    a caller that plays those controllers itself says ``"off"``).
     """
     if pod_runner not in ("auto", "kwok", "fake-kubelet", "none"):
         raise ValueError(f"unknown pod_runner {pod_runner!r}")
+    if controller_manager not in ("auto", "on", "off"):
+        raise ValueError(f"unknown controller_manager {controller_manager!r}")
     crds = generated_crds() if crd_dir is None else crd_documents(Path(crd_dir))
     bin_dir = build_bins() if bin_dir is None else Path(bin_dir)
     require_binaries(bin_dir)
+    if controller_manager == "on":
+        require_binaries(bin_dir, (CONTROLLER_MANAGER,))
+    run_controllers = controller_manager == "on" or (
+        controller_manager == "auto" and os.access(bin_dir / CONTROLLER_MANAGER, os.X_OK)
+    )
     if pod_runner == "auto":
         pod_runner = "kwok" if os.access(bin_dir / "kwok", os.X_OK) else "fake-kubelet"
     dir = Path(dir).resolve()
@@ -243,7 +304,7 @@ def start(
     try:
         for attempt in range(_PORT_ATTEMPTS):
             try:
-                cluster = _start(dir, launcher, bin_dir, pod_runner, ready_timeout, audit)
+                cluster = _start(dir, launcher, bin_dir, pod_runner, ready_timeout, audit, run_controllers)
                 break
             except ExitedDuringStartup as exc:
                 # The free ports we picked can be taken before etcd/apiserver bind them; pick anew.
@@ -256,6 +317,8 @@ def start(
         try:
             install_crd_manifests(api, crds, timeout=ready_timeout)
             create_default_objects(api, queue_quota=queue_quota, timeout=ready_timeout)
+            # After the CRDs, so the garbage collector's first discovery already sees them.
+            controllers = _launch_controller_manager(cluster, launcher) if run_controllers else ()
             names = tuple(f"{node_prefix}{i}" for i in range(nodes))
             # With a pod runner, nodes start un-Ready and the runner marks them Ready: waiting
             # for that proves the runner is up and managing them before tests bind pods.
@@ -273,10 +336,15 @@ def start(
                         lambda: launcher.check_alive("pod-runner"),
                     )
                 launcher.check_alive("pod-runner")
+            if controllers:
+                _wait_controller_manager_healthy(cluster, launcher, ready_timeout)
         finally:
             api.close()
-        cluster = dataclasses.replace(cluster, nodes=names, gpus_per_node=gpus_per_node)
+        cluster = dataclasses.replace(
+            cluster, nodes=names, gpus_per_node=gpus_per_node, controllers=controllers
+        )
         state["nodes"] = list(names)
+        state["controllers"] = list(controllers)
         write_state(dir, state)
         return cluster
     except BaseException:
@@ -286,7 +354,13 @@ def start(
 
 
 def _start(
-    dir: Path, launcher: Launcher, bin_dir: Path, pod_runner: str, timeout: float, audit: bool
+    dir: Path,
+    launcher: Launcher,
+    bin_dir: Path,
+    pod_runner: str,
+    timeout: float,
+    audit: bool,
+    controllers: bool,
 ) -> DevCluster:
     etcd_port, peer_port, api_port = free_ports(3)
     etcd_url = f"http://{LOOPBACK}:{etcd_port}"
@@ -316,7 +390,13 @@ def _start(
     )
 
     token = secrets.token_hex(16)
-    write_private(dir / "tokens.csv", f"{token},admin,admin,system:masters\n")
+    # The apiserver reads its token file once, at start-up: the controller manager's token goes
+    # in now although the controller manager starts only after the CRDs are installed.
+    cm_token = secrets.token_hex(16) if controllers else None
+    tokens = f"{token},admin,admin,system:masters\n"
+    if cm_token is not None:
+        tokens += f"{cm_token},{CONTROLLER_MANAGER_USER},{CONTROLLER_MANAGER_USER}\n"
+    write_private(dir / "tokens.csv", tokens)
     generate_rsa_key(dir / "sa.key")
     # The apiserver writes its self-signed serving key here; it creates --cert-dir 0755 but
     # leaves an existing directory's mode alone, so creating it first keeps the key private.
@@ -337,6 +417,10 @@ def _start(
     ca_file = dir / "pki" / "apiserver.crt"
     kubeconfig = dir / "kubeconfig"
     write_kubeconfig(kubeconfig, server, token, ca_file)
+    if cm_token is not None:
+        write_kubeconfig(
+            dir / _CONTROLLER_MANAGER_KUBECONFIG, server, cm_token, ca_file, user=CONTROLLER_MANAGER_USER
+        )
 
     if pod_runner == "kwok":
         launcher.launch("pod-runner", _kwok_argv(bin_dir, kubeconfig))
@@ -395,6 +479,61 @@ def _apiserver_argv(
         "--allow-privileged=true",
         "--profiling=false",
         *audit_flags,
+    ]
+
+
+def _launch_controller_manager(cluster: DevCluster, launcher: Launcher) -> tuple[str, ...]:
+    """Start kube-controller-manager with ``CONTROLLERS`` under an identity of its own.
+
+    Its token and kubeconfig were written by ``_start`` (the apiserver reads its token file
+    only at start-up).  Returns the controllers it runs.
+    """
+    kubeconfig = cluster.dir / _CONTROLLER_MANAGER_KUBECONFIG
+    (port,) = free_ports(1)
+    launcher.launch("kube-controller-manager", _controller_manager_argv(cluster, kubeconfig, port))
+    launcher.state["ports"]["kube-controller-manager"] = port
+    write_state(cluster.dir, launcher.state)
+    return CONTROLLERS
+
+
+def _wait_controller_manager_healthy(cluster: DevCluster, launcher: Launcher, timeout: float) -> None:
+    """Wait for kube-controller-manager's /healthz (it answers once its controllers started).
+
+    Waited on only after the nodes are Ready, so its start-up overlaps theirs; relaunched on a
+    new port when the one picked was taken meanwhile, as ``start`` does for the apiserver.
+    """
+    for attempt in range(_PORT_ATTEMPTS):
+        port = launcher.state["ports"]["kube-controller-manager"]
+        log = launcher.state["processes"]["kube-controller-manager"]["log"]
+        try:
+            wait_until(
+                f"kube-controller-manager /healthz on port {port} (log: {log})",
+                functools.partial(_http_ok, f"https://{LOOPBACK}:{port}/healthz"),
+                timeout,
+                lambda: launcher.check_alive("kube-controller-manager"),
+            )
+            return
+        except ExitedDuringStartup as exc:
+            if not exc.port_taken or attempt == _PORT_ATTEMPTS - 1:
+                raise
+            _launch_controller_manager(cluster, launcher)
+
+
+def _controller_manager_argv(cluster: DevCluster, kubeconfig: Path, port: int) -> list[str]:
+    """kube-controller-manager flags; kept in one place like ``_apiserver_argv``."""
+    return [
+        str(cluster.bin_dir / CONTROLLER_MANAGER),
+        f"--kubeconfig={kubeconfig}",
+        f"--controllers={','.join(CONTROLLERS)}",
+        # One instance per cluster: nothing to elect, and no Lease to wait for at start-up.
+        "--leader-elect=false",
+        "--use-service-account-credentials=true",
+        f"--bind-address={LOOPBACK}",
+        f"--secure-port={port}",
+        # Its self-signed serving key, beside the apiserver's (the default is /var/run/kubernetes).
+        f"--cert-dir={cluster.dir / 'pki'}",
+        # /healthz is in the default --authorization-always-allow-paths: no credential needed to probe it.
+        "--profiling=false",
     ]
 
 

@@ -1,9 +1,18 @@
 """Fixtures for tests that need the real kube-apiserver test control plane.
 
 One dev cluster (etcd + kube-apiserver + kwok) is started for the whole session because it
-takes ~10-20 s on 2 cores; tests isolate themselves with a fresh namespace each.  Namespaces
-never finish deleting (no kube-controller-manager), so teardown deletes the test's pods with
-grace 0 and leaves the namespace Terminating, which is harmless.
+takes ~10-20 s on 2 cores; tests isolate themselves with a fresh namespace each.  It runs no
+kube-controller-manager: many tests here stand in for a workload's controller themselves
+(`kube_zone.batch_job` makes a Job's pods, the Argo and MPI stand-ins), name owners that do not
+exist, or watch objects that a garbage collector would delete under them (the PodGroup and
+BindRequest of an evicted or recreated pod).  Namespaces never finish deleting there, so
+teardown deletes the test's pods with grace 0 and leaves the namespace Terminating, which is
+harmless.
+
+Tests that need the controllers (Deployments and Jobs getting pods, garbage collection, PVs
+binding) go in `tests/kube/controllers/`: its conftest points `kube_cluster` and `kube_api`,
+and so every fixture here, at `kube_controllers_cluster`, a second session cluster that runs
+kube-controller-manager with `devcluster.CONTROLLERS`, started only when such a test runs.
 
 The binaries come from kai_ray/devcluster/toolchain/build-bins.sh (cached outside the repo).
 `make test` builds them first (`make kube-bins`) so a cold ~10 minute build does not run inside
@@ -23,7 +32,7 @@ from kube_zone import Zone
 from kubernetes import client
 
 from kai_ray import devcluster
-from kai_ray.devcluster import DevCluster
+from kai_ray.devcluster import ControllerManager, DevCluster
 
 #: Fake GPU nodes created at start-up (managed by kwok); tests must not change them.
 SESSION_NODES = 2
@@ -36,17 +45,19 @@ def kube_bin_dir() -> Path:
     return devcluster.build_bins()
 
 
-@pytest.fixture(scope="session")
-def kube_cluster(kube_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+def session_cluster(
+    bin_dir: Path, tmp_path_factory: pytest.TempPathFactory, name: str, controller_manager: ControllerManager
+) -> Iterator[DevCluster]:
     """A dev cluster shared by the whole test run, stopped (no orphans) at the end."""
-    cluster_dir = tmp_path_factory.mktemp("devcluster")
+    cluster_dir = tmp_path_factory.mktemp(name)
     cluster = devcluster.start(
         cluster_dir,
         nodes=SESSION_NODES,
         gpus_per_node=SESSION_GPUS_PER_NODE,
-        bin_dir=kube_bin_dir,
+        bin_dir=bin_dir,
         die_with_parent=True,  # a killed pytest must not leave etcd/apiserver running
         audit=True,  # which process wrote what: the leadership tests read it
+        controller_manager=controller_manager,
     )
     try:
         yield cluster
@@ -55,9 +66,34 @@ def kube_cluster(kube_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.fixture(scope="session")
+def kube_cluster(kube_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    """The session's dev cluster, without kube-controller-manager (see the module's docstring)."""
+    yield from session_cluster(kube_bin_dir, tmp_path_factory, "devcluster", "off")
+
+
+@pytest.fixture(scope="session")
+def kube_controllers_cluster(
+    kube_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DevCluster]:
+    """The session's dev cluster with kube-controller-manager, for `tests/kube/controllers/`."""
+    yield from session_cluster(kube_bin_dir, tmp_path_factory, "devcluster-controllers", "on")
+
+
+@pytest.fixture(scope="session")
 def kube_api(kube_cluster: DevCluster) -> Iterator[Any]:
     """A `kubernetes.client.ApiClient` for the session cluster."""
-    api = kube_cluster.api_client()
+    yield from api_client(kube_cluster)
+
+
+@pytest.fixture(scope="session")
+def kube_controllers_api(kube_controllers_cluster: DevCluster) -> Iterator[Any]:
+    """A `kubernetes.client.ApiClient` for the session cluster with controllers."""
+    yield from api_client(kube_controllers_cluster)
+
+
+def api_client(cluster: DevCluster) -> Iterator[Any]:
+    """An ApiClient for `cluster`, closed when the fixture that yields from this ends."""
+    api = cluster.api_client()
     try:
         yield api
     finally:
@@ -73,7 +109,8 @@ def namespace(kube_api: Any) -> Iterator[str]:
     try:
         yield name
     finally:
-        # No namespace controller runs: delete pods ourselves so they do not pile up in etcd.
+        # Without a namespace controller (the session cluster), nothing else deletes the pods:
+        # delete them here so they do not pile up in etcd.
         core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
         core.delete_namespace(name)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kube_support import api_for_kubeconfig, processes_mentioning, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -347,7 +348,15 @@ def test_service_account_kubeconfig_is_a_non_admin_identity_subject_to_rbac(
 # start/stop lifecycle (separate, minimal clusters so the session cluster is untouched)
 
 #: Files holding a credential (the admin token or a private key), relative to the cluster dir.
-SECRET_FILES = ("tokens.csv", "kubeconfig", "state.json", "sa.key", "pki/apiserver.key")
+SECRET_FILES = (
+    "tokens.csv",
+    "kubeconfig",
+    "state.json",
+    "sa.key",
+    "pki/apiserver.key",
+    "kube-controller-manager.kubeconfig",
+    "pki/kube-controller-manager.key",
+)
 PROBE_AGENT = "probe/1 (x)"
 
 
@@ -375,15 +384,23 @@ def test_credentials_are_readable_by_the_owner_only(audited_cluster: DevCluster)
     }
     assert oct(_mode(root / "pki")) == "0o700"
     # Whatever else is in the directory: no file group/other can read holds the admin token.
-    holding_token = {
+    assert _holding(root, audited_cluster.token) == {"tokens.csv", "kubeconfig", "state.json"}
+    # The controller manager's own token: in the apiserver's token file and its kubeconfig only.
+    cm_kubeconfig = yaml.safe_load((root / "kube-controller-manager.kubeconfig").read_text())
+    (cm_user,) = cm_kubeconfig["users"]
+    assert cm_user["name"] == "system:kube-controller-manager"
+    assert _holding(root, cm_user["user"]["token"]) == {"tokens.csv", "kube-controller-manager.kubeconfig"}
+
+
+def _holding(root: Path, secret: str) -> set[str]:
+    """The files under `root` (etcd's data aside) that contain `secret`, each checked to be private."""
+    holding = {
         str(path.relative_to(root))
         for path in root.rglob("*")
-        if path.is_file()
-        and "etcd-data" not in path.parts
-        and audited_cluster.token in path.read_text(errors="replace")
+        if path.is_file() and "etcd-data" not in path.parts and secret in path.read_text(errors="replace")
     }
-    assert holding_token == {"tokens.csv", "kubeconfig", "state.json"}
-    assert all(_mode(root / name) & 0o077 == 0 for name in holding_token)
+    assert all(_mode(root / name) & 0o077 == 0 for name in holding)
+    return holding
 
 
 def test_audit_log_records_mutations_with_their_user_agent_and_not_reads(audited_cluster: DevCluster) -> None:
@@ -472,7 +489,8 @@ def test_restart_in_same_dir_replaces_the_cluster_and_stop_leaves_nothing(
         assert not any(_exists(pid) for pid in first_pids), (
             "start() must stop (and reap) the previous cluster"
         )
-        assert len(second_pids) == 3 and all(_running(pid) for pid in second_pids)
+        # etcd, kube-apiserver, kube-controller-manager and the fake kubelet.
+        assert len(second_pids) == 4 and all(_running(pid) for pid in second_pids)
         assert second.token != first.token and second.pod_runner == "fake-kubelet"
         api = second.api_client()
         try:
@@ -495,7 +513,8 @@ def test_restart_in_same_dir_replaces_the_cluster_and_stop_leaves_nothing(
     assert [
         name for name in (*SECRET_FILES, "pki", "audit.log", "etcd-data") if (tmp_path / name).exists()
     ] == []
-    assert all((tmp_path / name).is_file() for name in ("etcd.log", "kube-apiserver.log", "pod-runner.log"))
+    logs = ("etcd.log", "kube-apiserver.log", "kube-controller-manager.log", "pod-runner.log")
+    assert all((tmp_path / name).is_file() for name in logs)
     devcluster.stop(tmp_path)  # a second stop is a no-op
 
 

@@ -253,8 +253,10 @@ def test_devcluster_up_and_down_from_the_installed_package(installed: Installed,
         assert f"kubeconfig: {cluster_dir / 'kubeconfig'}" in up.stdout
         state = json.loads((cluster_dir / "state.json").read_text())
         assert Path(state["bin_dir"]) == built
-        assert set(state["processes"]) == {"etcd", "kube-apiserver", "pod-runner"}
-        assert len(processes_mentioning(str(cluster_dir))) >= 3
+        # kube-controller-manager too: the installed package data builds it as a checkout does.
+        assert set(state["processes"]) == {"etcd", "kube-apiserver", "kube-controller-manager", "pod-runner"}
+        assert f"controllers: {', '.join(devcluster.CONTROLLERS)}" in up.stdout
+        assert len(processes_mentioning(str(cluster_dir))) >= 4
 
         api = api_for_kubeconfig(cluster_dir / "kubeconfig")
         try:
