@@ -17,16 +17,17 @@ from dataclasses import dataclass
 
 from kai_ray.api import Manifest, ManifestProblem, Pod, PodGroup
 from kai_ray.api.constants import (
+    DEFAULT_SUBGROUP,
     POD_GROUP_NAME_ANNOTATION,
     SCHEDULER_NAME,
     SUBGROUP_LABEL,
 )
-from kai_ray.convert.common import Invalid, annotation_field, label_field
+from kai_ray.convert.common import Invalid, annotation_field, created, label_field
 from kai_ray.convert.podgroups import Priorities, job_from_podgroup
 from kai_ray.convert.pods import PodContext, held_task, task_from_pod
 from kai_ray.convert.queues import QueueIndex
 from kai_ray.convert.volumes import NO_STORAGE, StorageObjects, with_volume_needs
-from kai_ray.model.objects import OCCUPYING, HeldPod, JobSpec, TaskSpec
+from kai_ray.model.objects import OCCUPYING, Blocker, BlockerCause, HeldPod, JobSpec, TaskSpec
 
 _Key = tuple[str, str]
 
@@ -78,8 +79,32 @@ def pod_outcome(
         _check_leaf(job, task, manifest.obj)
     except Invalid as error:
         problem = manifest.problem(error.field, error.message)
+        blocked = _blocked_task(manifest, named, error)
+        if blocked is not None:
+            return PodOutcome(task=blocked, problem=problem)
         return PodOutcome(held=_held(manifest, context, foreign=False), problem=problem)
     return PodOutcome(task=task)
+
+
+def _blocked_task(manifest: Manifest[Pod], named: NamedJob, error: Invalid) -> TaskSpec | None:
+    """A waiting pod of a PodGroup whose own fields are refused stays in its job as a task that
+    never places, its blocker naming the field: the job's pending reason (and so its PodGroup's
+    condition) then says what is wrong, and a gang does not run without it. A pod on a node, one
+    whose PodGroup is missing, or one naming no leaf of its PodGroup's tree is only held."""
+    pod, job = manifest.obj, named.job
+    if job is None or named.skipped or pod.spec.node_name or pod.status.phase != "Pending":
+        return None
+    subgroup = pod.metadata.labels.get(SUBGROUP_LABEL, DEFAULT_SUBGROUP)
+    if subgroup not in {pod_set.name for pod_set in job.subgroups.all_pod_sets()}:
+        return None
+    words = ": ".join(part for part in (error.field, error.message) if part)
+    return TaskSpec(
+        name=pod.metadata.name,
+        subgroup=subgroup,
+        labels=dict(pod.metadata.labels),
+        created=created(manifest),
+        blockers=(Blocker(BlockerCause.INVALID_CONSTRAINT, words),),
+    )
 
 
 def occupant_outcome(manifest: Manifest[Pod], context: PodContext, scheduler_name: str) -> HeldPod | None:

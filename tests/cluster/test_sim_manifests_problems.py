@@ -8,6 +8,8 @@ import pytest
 from kai_ray_operators.identity import stable_uid
 from manifest_builders import base, convert, node, pod, podgroup, queue
 
+from kai_ray.model.objects import Blocker, BlockerCause
+
 pytestmark = pytest.mark.unit
 
 POD = "test.yaml: Pod/team-a/p"
@@ -316,7 +318,10 @@ def test_each_constraint_the_api_server_refuses_is_reported_and_the_rest_schedul
 ) -> None:
     state, problems = base(pod("p", **spec), pod("ok", gpus=1))
     assert problems == [f"{POD}: {expected}"]
-    assert [task.name for job in state.jobs for task in job.tasks] == ["ok"]
+    # The refused pod waits in its job, blocked with the field named (its PodGroup's condition
+    # says it); the other pod is converted as usual.
+    blockers = {task.name: task.blockers for job in state.jobs for task in job.tasks}
+    assert blockers == {"p": (Blocker(BlockerCause.INVALID_CONSTRAINT, expected),), "ok": ()}
 
 
 def test_every_queue_of_a_parent_cycle_is_reported() -> None:

@@ -193,8 +193,17 @@ def test_a_claim_naming_a_storage_class_that_does_not_exist_reports_the_pod_and_
         "test.yaml: Pod/team-a/p: spec.volumes[0].persistentVolumeClaim: persistentvolumeclaim team-a/data"
         " names storageClassName 'fast', which does not exist"
     ]
-    # A bound claim no longer needs its class; the pods without a problem are converted as usual.
-    assert sorted(t.name for job in state.jobs for t in job.tasks) == ["q", "r"]
+    # A bound claim no longer needs its class; the pods without a problem are converted as usual,
+    # and p waits in its job with a blocker naming the field (its PodGroup's condition says it).
+    assert sorted(t.name for job in state.jobs for t in job.tasks) == ["p", "q", "r"]
+    assert [(b.cause, b.message) for b in task(state, "p").blockers] == [
+        (
+            BlockerCause.INVALID_CONSTRAINT,
+            "spec.volumes[0].persistentVolumeClaim: persistentvolumeclaim team-a/data"
+            " names storageClassName 'fast', which does not exist",
+        )
+    ]
+    assert not task(state, "q").blockers
 
 
 def test_an_ephemeral_volume_stands_for_the_claim_its_controller_makes() -> None:

@@ -444,8 +444,13 @@ def test_malformed_objects_are_reported_and_skipped(
             f"cluster: Queue/{loop_y}: spec.parentQueue: {cycle}",
         ]
         assert mine == sorted(expected)
-        # Everything else is still there to schedule.
-        assert [t.name for t in job(state, f"{namespace}/good").tasks] == ["fine"]
+        # Everything else is still there to schedule; the refused pod waits in its job, blocked
+        # with the field named, so the job's pending reason says what is wrong.
+        blocked = {t.name: [b.message for b in t.blockers] for t in job(state, f"{namespace}/good").tasks}
+        assert blocked == {
+            "fine": [],
+            "bad-fraction": ["metadata.annotations.gpu-fraction: must be a number in (0, 1], got 'half'"],
+        }
         assert [j.name for j in state.jobs if j.namespace == namespace] == ["good"]
         assert ok in {q.name for q in state.queues} and not {loop_x, loop_y} & {q.name for q in state.queues}
 

@@ -147,3 +147,45 @@ def test_pods_asking_for_an_extended_resource_land_only_where_it_is_published(
 
     run_until(kube_api, namespace, one_bound_and_the_other_explained)
     assert [node for node in placed(core, namespace).values() if node] == [rdma]
+
+
+def test_a_claim_naming_an_unknown_storage_class_is_reported_on_pod_and_podgroup_and_others_bind(
+    kube_api: Any, zone: Zone
+) -> None:
+    zone.node("n0")
+    queue = zone.queue("team")
+    namespace, core = zone.name, client.CoreV1Api(kube_api)
+    core.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": f"{namespace}-missing",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    broken = gpu_pod("reader", namespace, queue=queue)
+    broken.spec.volumes = [
+        client.V1Volume(
+            name="data", persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(claim_name="data")
+        )
+    ]
+    core.create_namespaced_pod(namespace, broken)
+    core.create_namespaced_pod(namespace, gpu_pod("fine", namespace, queue=queue))
+    field = "spec.volumes[0].persistentVolumeClaim"
+
+    def reported() -> bool:
+        events = core.list_namespaced_event(namespace).items
+        on_pod = any(
+            e.reason == "InvalidObject" and e.involved_object.name == "reader" and field in e.message
+            for e in events
+        )
+        on_group = any(field in message for message in conditions(kube_api, namespace))
+        return on_pod and on_group and placed(core, namespace)["fine"] is not None
+
+    run_until(kube_api, namespace, reported)
+    assert placed(core, namespace)["reader"] is None
