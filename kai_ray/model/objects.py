@@ -249,7 +249,6 @@ class BlockerCause(enum.StrEnum):
 
     CLAIM_MISSING = "PersistentVolumeClaimMissing"
     CLAIM_UNBOUND = "PersistentVolumeClaimUnbound"
-    STORAGE_CLASS_MISSING = "StorageClassMissing"
     VOLUME_MISSING = "PersistentVolumeMissing"
     CONFIG_MAP_MISSING = "ConfigMapMissing"
     INVALID_CONSTRAINT = "InvalidConstraint"
