@@ -172,4 +172,4 @@ def _gang_reason(job: Job, wanted: int, placed: int, reason: PendingReason) -> P
     if wanted == 1:
         return reason
     message = f"gang needs {wanted} more pods together, only {placed} fit: {reason.message}"
-    return PendingReason(PendingCause.NO_ROOM, message, reason.refusals)
+    return PendingReason(reason.cause, message, reason.refusals)

@@ -22,6 +22,7 @@ from kai_ray.engine.nodes import GpuGroup
 from kai_ray.engine.reasons import NodeRefusal, PendingCause, PendingReason
 from kai_ray.engine.session import Session
 from kai_ray.engine.statement import Statement
+from kai_ray.model.objects import BlockerCause
 from kai_ray.model.resources import EPSILON, GPU, PODS
 
 
@@ -47,7 +48,7 @@ def place_task(
     for plugin in session.hooked["pre_predicate"]:
         reason = plugin.pre_predicate(task)
         if reason:
-            return PendingReason(PendingCause.NO_ROOM, reason)
+            return PendingReason(_refused_before_nodes(task), reason)
     domain_mask = node_mask
     verdict = None
     constraints = session.pod_constraints
@@ -86,6 +87,15 @@ def place_task(
     else:
         statement.pipeline(task, best)
     return None
+
+
+def _refused_before_nodes(task: Task) -> PendingCause:
+    """The cause of a pre-filter's refusal: a pod whose own fields are refused is an invalid
+    object, one waiting for a claim or ConfigMap waits for an object; otherwise it fits no node."""
+    causes = {blocker.cause for blocker in task.spec.blockers}
+    if BlockerCause.INVALID_CONSTRAINT in causes:
+        return PendingCause.INVALID
+    return PendingCause.WAITING_FOR_OBJECT if causes else PendingCause.NO_ROOM
 
 
 def _first_admitted(session: Session, task: Task, verdict: Verdict) -> int | None:

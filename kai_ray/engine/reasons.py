@@ -71,6 +71,8 @@ class PendingCause(enum.StrEnum):
     """The PodGroup (or its tree) cannot be interpreted; it is skipped."""
     EVICTION_BLOCKED = "EvictionBlocked"
     """A victim it needs could not be evicted (a PodDisruptionBudget said no)."""
+    WAITING_FOR_OBJECT = "WaitingForObject"
+    """A pod of it needs an object that is not there yet (a volume claim, its volume, a ConfigMap)."""
     NO_TOPOLOGY_DOMAIN = "NoTopologyDomain"
     """No domain of its topology constraint's levels has room for a (sub)group."""
     TOPOLOGY_MISCONFIGURED = "TopologyMisconfigured"
@@ -107,6 +109,7 @@ SPECIFIC_CAUSES = frozenset(
         PendingCause.QUEUE_DOES_NOT_EXIST,
         PendingCause.INVALID,
         PendingCause.EVICTION_BLOCKED,
+        PendingCause.WAITING_FOR_OBJECT,
         PendingCause.NO_TOPOLOGY_DOMAIN,
         PendingCause.TOPOLOGY_MISCONFIGURED,
     }

@@ -9,10 +9,12 @@ from builders import ClusterBuilder, binds, cluster, config, find_task, open_ses
 
 from kai_ray.engine.constraints.index import CountMode
 from kai_ray.engine.explanation import node_refusals
-from kai_ray.engine.reasons import NodeFilterCause
+from kai_ray.engine.reasons import NodeFilterCause, PendingCause
 from kai_ray.engine.statement import Statement
 from kai_ray.model.objects import AffinityRequirement as Req
 from kai_ray.model.objects import (
+    Blocker,
+    BlockerCause,
     HeldPod,
     HostPort,
     LabelSelector,
@@ -289,3 +291,24 @@ def test_spread_honours_taints_only_when_the_policy_says_so() -> None:
         rule = SpreadConstraint(1, ZONE, selector, honor_node_taints=honor)
         state = lone_pods(copy.deepcopy(builder), "p", 1, labels={"app": "web"}, spread=(rule,)).build()
         assert set(binds(run_cycle(state)).values()) == expected
+
+
+@pytest.mark.parametrize(
+    ("cause", "expected"),
+    [
+        (BlockerCause.CONFIG_MAP_MISSING, PendingCause.WAITING_FOR_OBJECT),
+        (BlockerCause.CLAIM_UNBOUND, PendingCause.WAITING_FOR_OBJECT),
+        (BlockerCause.INVALID_CONSTRAINT, PendingCause.INVALID),
+    ],
+)
+def test_a_blocked_pod_waits_with_its_typed_cause_and_its_words(
+    cause: BlockerCause, expected: PendingCause
+) -> None:
+    builder = nodes(cluster(), count=1).job("g", queue="q", gpus=1, pods=0)
+    builder.task(blockers=(Blocker(cause, "configmap team/settings not found"),))
+    builder.task()
+    plan = run_cycle(builder.build())
+    assert plan.binds == []
+    reason = plan.pending_reasons["g"]
+    assert reason.cause is expected
+    assert "pod g-0: configmap team/settings not found" in reason.message
