@@ -7,6 +7,7 @@ node specs (the engine, a node shard) decides the same way.
 
 from __future__ import annotations
 
+from kai_ray.model.labels import value_in
 from kai_ray.model.objects import (
     AffinityRequirement,
     NodeSelectorTerm,
@@ -57,18 +58,9 @@ def term_matches(term: NodeSelectorTerm, node: NodeSpec) -> bool:
 
 def _requirement_holds(req: AffinityRequirement, labels: dict[str, str]) -> bool:
     value = labels.get(req.key)
-    match req.operator:
-        case "In":
-            return value is not None and value in req.values
-        case "NotIn":
-            return value is None or value not in req.values
-        case "Exists":
-            return value is not None
-        case "DoesNotExist":
-            return value is None
-        case "Gt" | "Lt":
-            return _numeric_compare(value, req)
-    return False
+    if req.operator in ("Gt", "Lt"):
+        return _numeric_compare(value, req)
+    return value_in(req.operator, req.values, value)
 
 
 def _numeric_compare(value: str | None, req: AffinityRequirement) -> bool:

@@ -19,12 +19,17 @@ def selects(selector: LabelSelector | None, labels: dict[str, str]) -> bool:
 
 
 def _holds(requirement: LabelRequirement, labels: dict[str, str]) -> bool:
-    value = labels.get(requirement.key)
-    match requirement.operator:
+    return value_in(requirement.operator, requirement.values, labels.get(requirement.key))
+
+
+def value_in(operator: str, values: tuple[str, ...], value: str | None) -> bool:
+    """Kubernetes' set-based operators on one label's value (None: the label is absent); an
+    unknown operator admits nothing (conversion refuses one before it gets here)."""
+    match operator:
         case "In":
-            return value is not None and value in requirement.values
+            return value is not None and value in values
         case "NotIn":
-            return value is None or value not in requirement.values
+            return value is None or value not in values
         case "Exists":
             return value is not None
         case "DoesNotExist":

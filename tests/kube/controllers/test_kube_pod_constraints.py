@@ -12,6 +12,7 @@ from kai_ray_operators.controller import PodGroupController
 from kube_support import eventually
 from kube_zone import ZONE_LABEL, Zone, gpu_pod
 from kubernetes import client
+from storage_builders import claim
 
 from kai_ray.server.scheduler import KubeScheduler
 
@@ -156,17 +157,7 @@ def test_a_claim_naming_an_unknown_storage_class_is_reported_on_pod_and_podgroup
     queue = zone.queue("team")
     namespace, core = zone.name, client.CoreV1Api(kube_api)
     core.create_namespaced_persistent_volume_claim(
-        namespace,
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "data"},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": f"{namespace}-missing",
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
+        namespace, claim("data", namespace, storage_class=f"{namespace}-missing")
     )
     broken = gpu_pod("reader", namespace, queue=queue)
     broken.spec.volumes = [
