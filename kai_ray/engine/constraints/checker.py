@@ -17,7 +17,7 @@ from kai_ray.engine.constraints import rules
 from kai_ray.engine.constraints.index import Member, PodIndex, presence_of
 from kai_ray.engine.constraints.rules import PodView, RuleOutcome
 from kai_ray.engine.jobs import Task
-from kai_ray.engine.reasons import NodeRefusal
+from kai_ray.engine.reasons import NodeFilterCause, NodeRefusal
 from kai_ray.model.objects import OCCUPYING, RELEASING, PodAffinityTerm, TaskStatus
 
 if TYPE_CHECKING:
@@ -129,17 +129,14 @@ class PodConstraints:
         """Each rule's refused nodes, counted on its own over all nodes: for explanations."""
         pod = PodView(task.spec, task.job.spec.namespace)
         outcomes, _ = self._outcomes(pod, self._selecting(pod, task.uid))
-        counted: dict[tuple[object, str], int] = {}
+        counted: dict[tuple[NodeFilterCause, str], int] = {}
+        """(cause, words) → the most nodes one rule saying them refuses, in the rules' order."""
         for outcome in outcomes:
             refused = int(np.count_nonzero(~outcome.admits))
             if refused:
                 key = (outcome.cause, outcome.message)
                 counted[key] = max(counted.get(key, 0), refused)
-        return [
-            NodeRefusal(outcome.cause, counted[(outcome.cause, outcome.message)], outcome.message)
-            for outcome in _unique(outcomes)
-            if (outcome.cause, outcome.message) in counted
-        ]
+        return [NodeRefusal(cause, nodes, words) for (cause, words), nodes in counted.items()]
 
     def self_affine_domains(self, tasks: list[Task], node_mask: np.ndarray | None) -> list[np.ndarray]:
         """For a gang whose pods require each other's company (a required affinity term that
@@ -208,14 +205,3 @@ class PodConstraints:
         if pod.spec.extended:
             outcomes.extend(rules.extended_resources(index, facts, pod))
         return outcomes, port_waits
-
-
-def _unique(outcomes: list[RuleOutcome]) -> list[RuleOutcome]:
-    seen: set[tuple[object, str]] = set()
-    kept = []
-    for outcome in outcomes:
-        key = (outcome.cause, outcome.message)
-        if key not in seen:
-            seen.add(key)
-            kept.append(outcome)
-    return kept
