@@ -19,7 +19,9 @@ can differ from the local engine (a job's best node or the cheapest victim may l
 part); every invariant of the spec still holds (docs/sharding.md, "Split cycles"). A snapshot is
 split only when that can pay: at least `min_pods` pods (pending and placed: placing and victim
 search both grow with them), one pending, and no gang below its minimum (stale gang eviction
-needs the whole session). Otherwise the cycle is local from the start.
+needs the whole session), and no pod with a rule that reads other pods (inter-pod affinity,
+spread, host ports, extended resources: a part does not see what the others place). Otherwise the
+cycle is local from the start.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Protocol
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.collector import collection_paused, leave_to_collector
+from kai_ray.engine.constraints import snapshot_has_pod_constraints
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.engine.plan import Plan
 from kai_ray.fairshare.usage import QueueUsage
@@ -202,7 +205,7 @@ class SplitCycles:
 
     def _splits(self, snapshot: Snapshot) -> bool:
         """Whether `snapshot` qualifies (see the module docstring)."""
-        if self.count < 2:
+        if self.count < 2 or snapshot_has_pod_constraints(snapshot):
             return False
         counts = pod_counts(snapshot)
         if counts is None:

@@ -126,6 +126,15 @@ def test_a_stale_gang_is_not_split() -> None:
     assert cycles.outcomes == {SplitOutcome.NOT_SPLIT: 1}
 
 
+def test_pods_with_rules_that_read_other_pods_are_not_split() -> None:
+    """A part does not see what another places: a shape whose pods repel each other stays local."""
+    snapshot = compile_snapshot(build_shape("affinity-12x64").state)
+    _, cycles = split_plan(snapshot, 2)
+    assert cycles.outcomes == {SplitOutcome.NOT_SPLIT: 1}
+    _, plain = split_plan(compile_snapshot(build_shape("fill-12x64").state), 2)
+    assert SplitOutcome.NOT_SPLIT not in plain.outcomes
+
+
 def test_a_limit_two_parts_break_together_refuses_a_job_and_the_cycle_is_local() -> None:
     """Each part stays within the queue's limit of 3 GPUs; together they would place 4."""
     builder = cluster().node("n0", gpus=4).node("n1", gpus=4).queue("q", gpu_quota=NO_LIMIT, gpu_limit=3)

@@ -16,9 +16,10 @@ import numpy as np
 from kai_ray.engine.constraints import rules
 from kai_ray.engine.constraints.index import Member, PodIndex, presence_of
 from kai_ray.engine.constraints.rules import PodView, RuleOutcome
-from kai_ray.engine.jobs import Task
+from kai_ray.engine.jobs import Task, job_facts
 from kai_ray.engine.reasons import NodeFilterCause, NodeRefusal
 from kai_ray.model.objects import OCCUPYING, RELEASING, PodAffinityTerm, TaskStatus
+from kai_ray.model.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,10 +30,17 @@ _GOING = frozenset({RELEASING, TaskStatus.STUCK_IN_RELEASING})
 
 
 def needs_pod_constraints(session: Session) -> bool:
-    """Whether a pod of the snapshot, ours or held, carries a rule the index serves."""
+    """Whether a pod of the session, ours or held, carries a rule the index serves."""
     if any(job.facts.pod_constraints for job in session.jobs):
         return True
     return any(held.task.has_pod_constraints for held in session.snapshot.held)
+
+
+def snapshot_has_pod_constraints(snapshot: Snapshot) -> bool:
+    """`needs_pod_constraints` of a snapshot before any session opens over it."""
+    if any(job_facts.of(job).pod_constraints for job in snapshot.jobs):
+        return True
+    return any(held.task.has_pod_constraints for held in snapshot.held)
 
 
 class Verdict:
