@@ -182,6 +182,8 @@ def create_gpu_node(
     ``nvidia.com/gpu`` and the ``nvidia.com/gpu.memory``/``gpu.count``/``gpu.product`` labels.
     It is untainted, because no node-lifecycle controller runs here.  ``ready=False`` leaves
     the Ready condition to the pod runner (kwok's node-initialize stage or the fake kubelet).
+    Like a real kubelet's node it publishes local ``ephemeral-storage`` (pods ask for it: the
+    training-operator's MPI launcher does), which kai-ray fits as kube-scheduler does.
     ``extended`` adds allocatable resources of other names (``rdma/hca``, ``hugepages-2Mi``).
     """
     from kubernetes import client
@@ -191,6 +193,7 @@ def create_gpu_node(
         "memory": memory,
         "pods": str(pods),
         "nvidia.com/gpu": str(gpus),
+        "ephemeral-storage": "1Ti",
         **(extended or {}),
     }
     node_labels = {
