@@ -54,6 +54,8 @@ GPU = RESOURCE_GPU
 DEFAULT_NODE_CPU = "128"
 DEFAULT_NODE_MEMORY = "1Ti"
 DEFAULT_NODE_PODS = "256"
+DEFAULT_NODE_EPHEMERAL_STORAGE = "1Ti"
+"""Local scratch space, which every kubelet publishes and pods may ask for (kai-ray fits it)."""
 DEFAULT_GPU_MEMORY_MIB = 81920
 
 
@@ -102,6 +104,7 @@ def default_cluster_objects(nodes: int, gpus_per_node: int = 8) -> list[ApiObjec
             "cpu": DEFAULT_NODE_CPU,
             "memory": DEFAULT_NODE_MEMORY,
             "pods": DEFAULT_NODE_PODS,
+            "ephemeral-storage": DEFAULT_NODE_EPHEMERAL_STORAGE,
             GPU: str(gpus_per_node),
         }
         objects.append(
