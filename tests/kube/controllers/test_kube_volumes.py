@@ -3,8 +3,9 @@ bound to a local volume lands on that volume's node, a `WaitForFirstConsumer` cl
 with the pod's node before the pod is bound (in both bind modes), and a pod waiting for a missing
 ConfigMap says so on its PodGroup and is bound in the first cycle after the ConfigMap exists.
 
-Claims are bound here by writing `spec.volumeName` and `status.phase` as the PersistentVolume
-controller would (the claims are pre-bound, so that controller, where it runs, agrees)."""
+They run on the dev cluster with kube-controller-manager. Claims are bound here by writing
+`spec.volumeName` and `status.phase` as the PersistentVolume controller would (the claims are
+pre-bound, so that controller, which runs here, agrees)."""
 
 from __future__ import annotations
 
