@@ -42,9 +42,10 @@ def place_task(
 ) -> PendingReason | None:
     """`bonus`: extra score per node row (a topology plugin's ordering inside the chosen domain).
 
-    A pod that a rule reading other pods concerns (`PodConstraints.verdict`) has the rows the rule
-    admits ANDed into the mask and its preferences added to the bonus, so it is ranked by a scan as
-    a masked pod is, the same way by every executor."""
+    A pod that a rule reading other pods concerns (`PodConstraints.verdict`) walks the node
+    finder's ranking to the first row its rules admit; with preferences, a mask or shared GPUs, the
+    rows its rules admit are ANDed into the mask and its preferences added to the bonus, and it is
+    ranked by a scan as a masked pod is, the same way by every executor."""
     for plugin in session.hooked["pre_predicate"]:
         reason = plugin.pre_predicate(task)
         if reason:

@@ -8,7 +8,7 @@ unless an anti-affinity of a pod on a node selects it (the rule is symmetric).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,9 +16,10 @@ import numpy as np
 from kai_ray.engine.constraints import rules
 from kai_ray.engine.constraints.index import Member, PodIndex, presence_of
 from kai_ray.engine.constraints.rules import PodView, RuleOutcome
-from kai_ray.engine.jobs import Task, job_facts
+from kai_ray.engine.jobs import JobFacts, Task, job_facts
 from kai_ray.engine.reasons import NodeFilterCause, NodeRefusal
-from kai_ray.model.objects import OCCUPYING, RELEASING, PodAffinityTerm, TaskStatus
+from kai_ray.model.objects import OCCUPYING, RELEASING, HeldPod, PodAffinityTerm, TaskStatus
+from kai_ray.model.resources import EPSILON
 from kai_ray.model.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -30,17 +31,18 @@ _GOING = frozenset({RELEASING, TaskStatus.STUCK_IN_RELEASING})
 
 
 def needs_pod_constraints(session: Session) -> bool:
-    """Whether a pod of the session, ours or held, carries a rule the index serves."""
-    if any(job.facts.pod_constraints for job in session.jobs):
-        return True
-    return any(held.task.has_pod_constraints for held in session.snapshot.held)
+    """Whether a pod of the session, ours or held, carries a rule the index serves (the facts its
+    jobs already hold, without an identity-cache lookup per job)."""
+    return _any_pod_constraints((job.facts for job in session.jobs), session.snapshot.held)
 
 
 def snapshot_has_pod_constraints(snapshot: Snapshot) -> bool:
     """`needs_pod_constraints` of a snapshot before any session opens over it."""
-    if any(job_facts.of(job).pod_constraints for job in snapshot.jobs):
-        return True
-    return any(held.task.has_pod_constraints for held in snapshot.held)
+    return _any_pod_constraints(map(job_facts.of, snapshot.jobs), snapshot.held)
+
+
+def _any_pod_constraints(facts: Iterable[JobFacts], held: Iterable[HeldPod]) -> bool:
+    return any(f.pod_constraints for f in facts) or any(h.task.has_pod_constraints for h in held)
 
 
 class Verdict:
@@ -176,7 +178,7 @@ class PodConstraints:
         for code, value in enumerate(values):
             rows = usable & (codes == code)
             room = free[rows].sum(axis=0)
-            if np.all(room + 1e-9 >= request):
+            if np.all(room + EPSILON >= request):
                 candidates.append((float(room.sum()), value, rows))
         candidates.sort(key=lambda candidate: (candidate[0], candidate[1]))
         return [rows for _, _, rows in candidates]

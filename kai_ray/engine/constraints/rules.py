@@ -1,10 +1,11 @@
-"""The placement rules that read other pods or resources outside the node vector, as row masks.
+"""The placement rules that read other pods or resources outside the node vector.
 
 Kubernetes' InterPodAffinity, PodTopologySpread, NodePorts and the extended-resource part of
-NodeResourcesFit, each a numpy expression over the node table and the `PodIndex`'s per-row
-counts (a count per topology domain is one `bincount`), so a pod's check costs a few array
-operations whatever the number of pods. Each rule answers with the rows it admits and, for an
-explanation, its typed cause and words; preferred terms give a bonus per row.
+NodeResourcesFit, each read off the `PodIndex`'s counts per row or per topology domain, so a
+pod's check costs a few reads whatever the number of pods. Each rule answers row by row (what
+walking the node finder's ranking asks) or as a mask over every row (what a scan and an
+explanation ask), with its typed cause and, for an explanation, its words; preferred terms give
+a bonus per row.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from kai_ray.engine.constraints.index import CountMode, Member, PodIndex
+from kai_ray.engine.plugins.predicates import explained_rows, static_signature
 from kai_ray.engine.reasons import NodeFilterCause
 from kai_ray.identity_cache import IdentityCache
-from kai_ray.model.affinity import matches_affinity, term_matches, tolerates
+from kai_ray.model.affinity import term_matches
 from kai_ray.model.labels import selects
-from kai_ray.model.objects import PodAffinityTerm, SpreadConstraint, TaskSpec
+from kai_ray.model.objects import PodAffinityTerm, PreferredNodeTerm, SpreadConstraint, TaskSpec
 from kai_ray.model.resources import EPSILON
 from kai_ray.model.snapshot import NodeTable
 
@@ -73,9 +75,8 @@ class NodeFacts:
         self.table = table
         self._domains: dict[str, tuple[np.ndarray, list[str]]] = {}
         self._extended: dict[str, np.ndarray] = {}
-        self._affinity_rows: dict[object, np.ndarray] = {}
-        self._tolerated_rows: dict[object, np.ndarray] = {}
         self._spread: dict[object, tuple[np.ndarray, np.ndarray, bool]] = {}
+        self._preferred: dict[tuple[PreferredNodeTerm, ...], np.ndarray] = {}
 
     def domains(self, key: str) -> tuple[np.ndarray, list[str]]:
         """Per row the code of its value of the node label `key` (-1: no such label), and the
@@ -97,39 +98,20 @@ class NodeFacts:
             self._extended[name] = column
         return column
 
-    @staticmethod
-    def _affinity_key(spec: TaskSpec) -> object:
-        return (tuple(sorted(spec.node_selector.items())), spec.node_affinity, spec.volume_node_affinity)
-
-    def affinity_rows(self, spec: TaskSpec) -> np.ndarray:
-        """Rows the pod's selector and required node affinity admit (spread's `Honor` policy)."""
-        key = self._affinity_key(spec)
-        rows = self._affinity_rows.get(key)
-        if rows is None:
-            rows = np.array([matches_affinity(spec, node) for node in self.table.specs], dtype=bool)
-            self._affinity_rows[key] = rows
-        return rows
-
-    def tolerated_rows(self, spec: TaskSpec) -> np.ndarray:
-        rows = self._tolerated_rows.get(spec.tolerations)
-        if rows is None:
-            rows = np.array([tolerates(spec, node) for node in self.table.specs], dtype=bool)
-            self._tolerated_rows[spec.tolerations] = rows
-        return rows
-
     def spread_domains(
         self, spec: TaskSpec, constraint: SpreadConstraint, keys: tuple[str, ...]
     ) -> tuple[np.ndarray, np.ndarray, bool]:
         """The rows whose pods count for a spread constraint of this pod (they carry every key,
-        and pass its node affinity and taints where the policies say Honor), and the domain codes
-        they make up, and whether those rows are all that carry the constraint's key (then the index's
-        running counts per domain serve): read of the table and the pod's static constraints alone,
-        so kept."""
+        and pass its node affinity and taints where the policies say Honor), the domain codes they
+        make up, and whether those rows are all that carry the constraint's key (then the index's
+        running counts per domain serve): read of the table and the pod's static constraints
+        alone, so kept."""
         signature = (
             constraint.topology_key,
             keys,
-            constraint.honor_node_affinity and self._affinity_key(spec),
-            constraint.honor_node_taints and spec.tolerations,
+            constraint.honor_node_affinity,
+            constraint.honor_node_taints,
+            static_signature(spec),
         )
         found = self._spread.get(signature)
         if found is None:
@@ -137,20 +119,28 @@ class NodeFacts:
             eligible = np.ones(len(self.table), dtype=bool)
             for key in keys:
                 eligible &= self.domains(key)[0] >= 0
+            static = {cause: rows for cause, rows, _ in explained_rows(self.table, spec)}
             if constraint.honor_node_affinity:
-                eligible &= self.affinity_rows(spec)
+                eligible &= static[NodeFilterCause.NODE_AFFINITY]
             if constraint.honor_node_taints:
-                eligible &= self.tolerated_rows(spec)
+                eligible &= static[NodeFilterCause.TAINTS]
             every_keyed_row = bool(np.array_equal(eligible, codes >= 0))
             present = np.unique(codes[eligible & (codes >= 0)])
             found = self._spread[signature] = (eligible, present, every_keyed_row)
         return found
 
     def preferred_node_scores(self, spec: TaskSpec) -> np.ndarray:
-        total = np.zeros(len(self.table))
-        for preferred in spec.preferred_node_affinity:
-            matched = [term_matches(preferred.term, node) for node in self.table.specs]
-            total += preferred.weight * np.array(matched, dtype=float)
+        """Per row, the summed weights of the pod's preferred node terms that match it: pods alike
+        in their preferences share one pass over the nodes."""
+        terms = spec.preferred_node_affinity
+        total = self._preferred.get(terms)
+        if total is None:
+            total = np.zeros(len(self.table))
+            for preferred in terms:
+                matched = [term_matches(preferred.term, node) for node in self.table.specs]
+                total += preferred.weight * np.array(matched, dtype=float)
+            total.flags.writeable = False
+            self._preferred[terms] = total
         return total
 
 
@@ -264,8 +254,8 @@ def spread(index: PodIndex, facts: NodeFacts, pod: PodView) -> list[RuleOutcome]
     hard = [c for c in pod.spec.spread if c.hard]
     if not hard:
         return []
-    counted = _spread_nodes(facts, pod, hard)
-    return [_spread_rule(index, facts, pod, constraint, counted) for constraint in hard]
+    keys = _spread_keys(hard)
+    return [_spread_rule(index, facts, pod, constraint, keys) for constraint in hard]
 
 
 def _spread_rule(
@@ -291,7 +281,7 @@ def _spread_rule(
     return RuleOutcome(NodeFilterCause.SPREAD, mask, row_ok, lambda _: words)
 
 
-def _spread_nodes(facts: NodeFacts, pod: PodView, constraints: list[SpreadConstraint]) -> tuple[str, ...]:
+def _spread_keys(constraints: list[SpreadConstraint]) -> tuple[str, ...]:
     """The keys a node must carry for its pods to count (kube-scheduler: every constraint's)."""
     return tuple(sorted({constraint.topology_key for constraint in constraints}))
 
@@ -391,10 +381,10 @@ def _soft_spread_scores(index: PodIndex, facts: NodeFacts, pod: PodView) -> np.n
     soft = [c for c in pod.spec.spread if not c.hard]
     if not soft:
         return None
-    counted = _spread_nodes(facts, pod, soft)
+    keys = _spread_keys(soft)
     total = np.zeros(len(facts.table))
     for constraint in soft:
-        codes, domain_counts, _ = _spread_counts(index, facts, pod, constraint, counted)
+        codes, domain_counts, _ = _spread_counts(index, facts, pod, constraint, keys)
         at = _at(codes, domain_counts)
         worst = float(domain_counts.max()) + 1.0 if domain_counts.size else 1.0
         total -= np.where(codes >= 0, at, worst)

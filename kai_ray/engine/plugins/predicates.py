@@ -41,7 +41,7 @@ class PredicatesPlugin(Plugin):
         return "the pod requests more than the largest node in the pool offers" if too_big else None
 
     def node_filter(self, task: Task) -> NodeFilter:
-        key = _signature(task.spec)
+        key = static_signature(task.spec)
         cached = self._static.get(key)
         if cached is None:
             cached = self._static_filter(task.spec)
@@ -96,7 +96,7 @@ def explained_rows(table: NodeTable, spec: TaskSpec) -> list[tuple[NodeFilterCau
     the node filters so placing pods, which reads only the ANDed mask, holds no more arrays.
     Callers must not change the arrays (some are the table's own)."""
     memo = table_memo(table)
-    key = _signature(spec)
+    key = static_signature(spec)
     rows = memo.explained.get(key)
     if rows is None:
         rows = memo.explained[key] = static_rows(table, spec)
@@ -125,7 +125,8 @@ class TableMemo:
 table_memo: IdentityCache[NodeTable, TableMemo] = IdentityCache(TableMemo)
 
 
-def _signature(spec: TaskSpec) -> SignatureKey:
+def static_signature(spec: TaskSpec) -> SignatureKey:
+    """What the static filters read of a pod: pods alike in it share their rows."""
     return (
         spec.node_affinity,
         spec.volume_node_affinity,
