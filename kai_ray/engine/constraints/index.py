@@ -98,15 +98,11 @@ class PodIndex:
         self._by_label: dict[LabelPair, set[int]] = {}
         """(label, value) → uids of the members carrying it: a selector's first count reads only
         the members its first `matchLabels` pair names, not every pod."""
-        self._selected: dict[SelectorKey, np.ndarray] = {}
-        self._by_domain: dict[SelectorKey, list[tuple[np.ndarray, np.ndarray]]] = {}
-        """Key → (a node label's row codes, the key's counts per domain of it), kept with the rows."""
+        self._selected: dict[SelectorKey, _RowCounts] = {}
+        """Selector key → the pods it selects, per row and per domain."""
         self._keys = _Buckets[SelectorKey]()
-        self._anti_owners: dict[PodAffinityTerm, np.ndarray] = {}
-        """Required anti-affinity term of a pod on the node → per row, how many such pods."""
-        self._anti_totals: dict[PodAffinityTerm, int] = {}
-        self._owner_domains: dict[PodAffinityTerm, list[tuple[np.ndarray, np.ndarray]]] = {}
-        """Term → (a node label's row codes, the term's owners per domain of it), kept with the rows."""
+        self._anti_owners: dict[PodAffinityTerm, _RowCounts] = {}
+        """Required anti-affinity term of a pod on a node → the pods owning it, per row and domain."""
         self._anti_terms = _Buckets[PodAffinityTerm]()
         self._ports: dict[PortKey, dict[int, Counter[tuple[str, bool]]]] = {}
         """(protocol, port) → row → Counter of (host IP, lasting) in use there."""
@@ -138,23 +134,15 @@ class PodIndex:
         row, spec, presence = member.row, member.spec, member.presence
         for key in self._keys.candidates(spec.labels):
             if _counts_for(key[2], presence) and _selected_by(key, member):
-                self._selected[key][row] += sign
-                for codes, counts in self._by_domain.get(key, ()):
-                    if codes[row] >= 0:
-                        counts[codes[row]] += sign
+                self._selected[key].add(row, sign)
         affinity = spec.pod_affinity
         if affinity is not None and presence is not Presence.EVICTED:
             for term in affinity.required_anti:
                 owners = self._anti_owners.get(term)
                 if owners is None:
-                    owners = self._anti_owners[term] = np.zeros(len(self.table), dtype=np.int64)
-                    self._anti_totals[term] = 0
+                    owners = self._anti_owners[term] = _RowCounts(len(self.table))
                     self._anti_terms.add(term, term.selector)
-                owners[row] += sign
-                self._anti_totals[term] += sign
-                for codes, per_domain in self._owner_domains.get(term, ()):
-                    if codes[row] >= 0:
-                        per_domain[codes[row]] += sign
+                owners.add(row, sign)
         lasting = presence is Presence.LASTING
         for port in spec.host_ports:
             in_use = self._ports.setdefault((port.protocol, port.port), {}).setdefault(row, Counter())
@@ -175,25 +163,22 @@ class PodIndex:
     # ------------------------------------------------------------------ reads
     def selected(self, key: SelectorKey) -> np.ndarray:
         """Per row, how many pods the key selects: counted once on first ask, then kept current."""
-        counts = self._selected.get(key)
-        if counts is None:
-            counts = np.zeros(len(self.table), dtype=np.int64)
-            for member in self._possibly_selected(key[0]):
-                if _counts_for(key[2], member.presence) and _selected_by(key, member):
-                    counts[member.row] += 1
-            self._selected[key] = counts
-            self._keys.add(key, key[0])
-        return counts
+        return self._counts(key).per_row
 
     def per_domain(self, key: SelectorKey, codes: np.ndarray, domains: int) -> np.ndarray:
         """How many pods the key selects in each domain of a node label (`codes`: each row's
         domain, -1 for none): summed once, then kept current with the rows."""
-        views = self._by_domain.setdefault(key, [])
-        for known, counts in views:
-            if known is codes:
-                return counts
-        counts = _summed_by_domain(self.selected(key), codes, domains)
-        views.append((codes, counts))
+        return self._counts(key).per_domain(codes, domains)
+
+    def _counts(self, key: SelectorKey) -> _RowCounts:
+        counts = self._selected.get(key)
+        if counts is None:
+            counts = _RowCounts(len(self.table))
+            for member in self._possibly_selected(key[0]):
+                if _counts_for(key[2], member.presence) and _selected_by(key, member):
+                    counts.add(member.row, 1)
+            self._selected[key] = counts
+            self._keys.add(key, key[0])
         return counts
 
     def _possibly_selected(self, selector: LabelSelector | None) -> Iterable[Member]:
@@ -207,19 +192,13 @@ class PodIndex:
     def anti_owners(self, labels: dict[str, str]) -> list[PodAffinityTerm]:
         """The required anti-affinity terms of pods on nodes that could select a pod with these
         labels (by their first `matchLabels` pair)."""
-        totals = self._anti_totals
-        return [term for term in self._anti_terms.candidates(labels) if totals[term] > 0]
+        owners = self._anti_owners
+        return [term for term in self._anti_terms.candidates(labels) if owners[term].total > 0]
 
     def owners_per_domain(self, term: PodAffinityTerm, codes: np.ndarray, domains: int) -> np.ndarray:
         """How many pods owning the required anti-affinity term are in each domain of a node label:
         summed once, then kept current with the rows."""
-        views = self._owner_domains.setdefault(term, [])
-        for known, counts in views:
-            if known is codes:
-                return counts
-        counts = _summed_by_domain(self._anti_owners[term], codes, domains)
-        views.append((codes, counts))
-        return counts
+        return self._anti_owners[term].per_domain(codes, domains)
 
     def port_conflicts(self, protocol: str, port: int, host_ip: str) -> tuple[list[int], list[int]]:
         """Rows where the port is taken by a lasting pod, and rows where only by going ones."""
@@ -289,14 +268,36 @@ class _Buckets(Generic[_Item]):
         return found
 
 
-def _summed_by_domain(per_row: np.ndarray, codes: np.ndarray, domains: int) -> np.ndarray:
-    """Per domain, the sum of the rows' counts: only the rows that count anything are read (a new
-    selector selects few pods, and a hostname key has a domain per node)."""
-    counts = np.zeros(domains, dtype=np.int64)
-    rows = np.flatnonzero(per_row)
-    rows = rows[codes[rows] >= 0]
-    np.add.at(counts, codes[rows], per_row[rows])
-    return counts
+class _RowCounts:
+    """A count per node row, its total, and the same summed per domain of each node label asked
+    for, all changed together one row at a time."""
+
+    def __init__(self, rows: int) -> None:
+        self.per_row = np.zeros(rows, dtype=np.int64)
+        self.total = 0
+        self._domains: list[tuple[np.ndarray, np.ndarray]] = []
+        """(a node label's row codes, the counts per domain of it)."""
+
+    def add(self, row: int, sign: int) -> None:
+        self.per_row[row] += sign
+        self.total += sign
+        for codes, counts in self._domains:
+            code = codes[row]
+            if code >= 0:
+                counts[code] += sign
+
+    def per_domain(self, codes: np.ndarray, domains: int) -> np.ndarray:
+        """Summed on first ask, reading only the rows that count anything (a new selector selects
+        few pods, and a hostname key has a domain per node), then kept current by `add`."""
+        for known, counts in self._domains:
+            if known is codes:
+                return counts
+        counts = np.zeros(domains, dtype=np.int64)
+        rows = np.flatnonzero(self.per_row)
+        rows = rows[codes[rows] >= 0]
+        np.add.at(counts, codes[rows], self.per_row[rows])
+        self._domains.append((codes, counts))
+        return counts
 
 
 def _selected_by(key: SelectorKey, member: Member) -> bool:
