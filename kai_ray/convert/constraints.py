@@ -71,26 +71,33 @@ def preferred_node_affinity(spec: PodSpec) -> tuple[PreferredNodeTerm, ...]:
 
 
 def _node_term(term: ApiNodeSelectorTerm, path: str) -> NodeSelectorTerm:
-    expressions = [
-        _node_requirement(e, f"{path}.matchExpressions[{j}]") for j, e in enumerate(term.match_expressions)
-    ]
-    fields = [_field_requirement(e, f"{path}.matchFields[{j}]") for j, e in enumerate(term.match_fields)]
-    return NodeSelectorTerm(expressions=tuple(expressions), fields=tuple(fields))
+    for j, expression in enumerate(term.match_expressions):
+        path_j = f"{path}.matchExpressions[{j}]"
+        _check_requirement(expression.operator, expression.values, path_j, _NODE_OPERATORS)
+    for j, expression in enumerate(term.match_fields):
+        _check_field(expression, f"{path}.matchFields[{j}]")
+    return node_selector_term(term)
 
 
-def _node_requirement(requirement: NodeSelectorRequirement, path: str) -> AffinityRequirement:
-    _check_requirement(requirement.operator, requirement.values, path, _NODE_OPERATORS)
-    return AffinityRequirement(requirement.key, requirement.operator, tuple(requirement.values))
+def node_selector_term(term: ApiNodeSelectorTerm) -> NodeSelectorTerm:
+    """An API node selector term as the model states it, unchecked: a pod's is checked first
+    (`_node_term`), a volume's the API server validated."""
+    return NodeSelectorTerm(
+        expressions=_requirements(term.match_expressions), fields=_requirements(term.match_fields)
+    )
 
 
-def _field_requirement(requirement: NodeSelectorRequirement, path: str) -> AffinityRequirement:
+def _requirements(requirements: Sequence[NodeSelectorRequirement]) -> tuple[AffinityRequirement, ...]:
+    return tuple(AffinityRequirement(r.key, r.operator, tuple(r.values)) for r in requirements)
+
+
+def _check_field(requirement: NodeSelectorRequirement, path: str) -> None:
     """Kubernetes allows `matchFields` on `metadata.name` only, with In or NotIn and one value."""
     if requirement.key != "metadata.name":
         raise Invalid(f"{path}.key", f"only metadata.name is supported, got {requirement.key!r}")
     _check_requirement(requirement.operator, requirement.values, path, ("In", "NotIn"))
     if len(requirement.values) != 1:
         raise Invalid(f"{path}.values", f"a field selector takes one value, got {len(requirement.values)}")
-    return AffinityRequirement(requirement.key, requirement.operator, tuple(requirement.values))
 
 
 def _check_requirement(operator: str, values: Sequence[str], path: str, operators: Sequence[str]) -> None:

@@ -32,6 +32,7 @@ from kai_ray.api.constants import SELECTED_NODE_ANNOTATION
 from kai_ray.api.core import NodeSelector, PodSpec
 from kai_ray.api.references import Volume
 from kai_ray.convert.common import Invalid, epoch
+from kai_ray.convert.constraints import node_selector_term
 from kai_ray.model.objects import (
     AffinityRequirement,
     Blocker,
@@ -267,12 +268,4 @@ def _class_of(
 
 def _selector(selector: NodeSelector) -> NodeSelectorTerms:
     """A volume's required node selector as the model states one (the API server validated it)."""
-    return tuple(
-        NodeSelectorTerm(
-            expressions=tuple(
-                AffinityRequirement(e.key, e.operator, tuple(e.values)) for e in term.match_expressions
-            ),
-            fields=tuple(AffinityRequirement(e.key, e.operator, tuple(e.values)) for e in term.match_fields),
-        )
-        for term in selector.node_selector_terms
-    )
+    return tuple(node_selector_term(term) for term in selector.node_selector_terms)
