@@ -24,7 +24,7 @@ from kai_ray.api.constants import (
 )
 from kai_ray.convert.common import Invalid, annotation_field, created, label_field
 from kai_ray.convert.podgroups import Priorities, job_from_podgroup
-from kai_ray.convert.pods import PodContext, held_task, task_from_pod
+from kai_ray.convert.pods import PodContext, gpu_disagreement, held_task, task_from_pod
 from kai_ray.convert.queues import QueueIndex
 from kai_ray.convert.volumes import NO_STORAGE, StorageObjects, with_volume_needs
 from kai_ray.model.objects import OCCUPYING, Blocker, BlockerCause, HeldPod, JobSpec, TaskSpec
@@ -69,10 +69,10 @@ def pod_outcome(
     a pod that joins its job: a held pod occupies its node whatever they say.
     """
     if manifest.obj.spec.scheduler_name != scheduler_name:
-        return PodOutcome(held=_held(manifest, context, foreign=True))
+        return _held_outcome(manifest, context, foreign=True)
     key = pod_group_key(manifest.obj)
     if key is None:
-        return PodOutcome(held=_held(manifest, context, foreign=False))
+        return _held_outcome(manifest, context, foreign=False)
     try:
         task = with_volume_needs(task_from_pod(manifest, context), manifest.obj, storage)
         job = _named_job(named, key)
@@ -110,6 +110,15 @@ def _blocked_task(manifest: Manifest[Pod], named: NamedJob, error: Invalid) -> T
 def occupant_outcome(manifest: Manifest[Pod], context: PodContext, scheduler_name: str) -> HeldPod | None:
     """A pod already reported as a problem: it only holds what it occupies on its node."""
     return _held(manifest, context, foreign=manifest.obj.spec.scheduler_name != scheduler_name)
+
+
+def _held_outcome(manifest: Manifest[Pod], context: PodContext, *, foreign: bool) -> PodOutcome:
+    """A pod that only holds its node, with a warning when what it holds is a guess (whole GPUs
+    and GPU-sharing annotations at once: the larger count is held)."""
+    held = _held(manifest, context, foreign=foreign)
+    note = gpu_disagreement(manifest) if held is not None else None
+    problem = None if note is None else manifest.problem(note.field, note.message)
+    return PodOutcome(held=held, problem=problem)
 
 
 def _held(manifest: Manifest[Pod], context: PodContext, *, foreign: bool) -> HeldPod | None:

@@ -122,12 +122,7 @@ def held_task(manifest: Manifest[Pod], context: PodContext) -> TaskSpec | None:
     except Invalid:
         pass
     requests = pod_requests(pod.spec)
-    annotations = pod.metadata.annotations
-    if GPU_FRACTION in annotations or GPU_MEMORY in annotations:
-        count = annotations.get(GPU_FRACTION_NUM_DEVICES, "1")
-        gpus = float(int(count)) if count.isdecimal() and int(count) > 0 else 1.0
-    else:
-        gpus = requests.get(RESOURCE_GPU, 0.0)
+    gpus = held_gpus(pod.metadata.annotations, requests.get(RESOURCE_GPU, 0.0))
     releasing = pod.metadata.deletion_timestamp is not None
     return TaskSpec(
         name=pod.metadata.name,
@@ -142,6 +137,38 @@ def held_task(manifest: Manifest[Pod], context: PodContext) -> TaskSpec | None:
         host_ports=_lenient(lambda: host_ports(pod.spec), ()),
         extended=extended_requests(requests),
     )
+
+
+def held_gpus(annotations: dict[str, str], whole_gpus: float) -> float:
+    """The devices an unreadable placed pod may be using: the larger of its whole GPUs and one
+    device per GPU-sharing device it asks for.
+
+    The kubelet hands out `nvidia.com/gpu` whatever the annotations say, and a sharing request
+    holds at least part of each device it names; counting the larger never lets a node look
+    freer than it is (a 4-GPU pod annotated with a fraction once counted as 1 GPU).
+    """
+    if GPU_FRACTION not in annotations and GPU_MEMORY not in annotations:
+        return whole_gpus
+    count = annotations.get(GPU_FRACTION_NUM_DEVICES, "1")
+    shared = float(int(count)) if count.isdecimal() and int(count) > 0 else 1.0
+    return max(whole_gpus, shared)
+
+
+def gpu_disagreement(manifest: Manifest[Pod]) -> Invalid | None:
+    """Why a placed pod's GPU count is a guess, naming the sharing annotation: it asks for whole
+    GPUs and shares GPUs at once."""
+    pod = manifest.obj
+    annotations = pod.metadata.annotations
+    sharing = next((key for key in (GPU_FRACTION, GPU_MEMORY) if key in annotations), None)
+    whole = pod_requests(pod.spec).get(RESOURCE_GPU, 0.0)
+    if sharing is None or not whole or not pod.spec.node_name:
+        return None
+    counted = held_gpus(annotations, whole)
+    message = (
+        f"{annotations[sharing]!r} shares GPUs while the pod requests {whole:g} {RESOURCE_GPU}; "
+        f"counted as holding {counted:g} GPUs on node {pod.spec.node_name}"
+    )
+    return Invalid(annotation_field(sharing), message)
 
 
 def _lenient(read: Callable[[], T], otherwise: T) -> T:

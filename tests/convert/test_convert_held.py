@@ -73,6 +73,30 @@ def test_pods_we_cannot_interpret_still_hold_their_node() -> None:
     assert free_gpus_after(state, "new") == {}
 
 
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {"gpu-fraction": "0.5"},
+        {"gpu-fraction": "lots"},
+        {"gpu-memory": "1024", "gpu-fraction-num-devices": "2"},
+    ],
+)
+@pytest.mark.parametrize("ours", [True, False])
+def test_a_whole_gpu_pod_with_sharing_annotations_holds_its_whole_gpus(
+    annotations: dict[str, str], ours: bool
+) -> None:
+    """The kubelet gave the pod its 4 `nvidia.com/gpu` whatever the annotations say: 4 are held
+    (once 1 was, and 158 pods were bound where 152 GPUs were free), and the guess is reported."""
+    body = pod("annotated", gpus=4, group="g" if ours else None, annotations=annotations)
+    if not ours:
+        body["metadata"]["namespace"], body["spec"]["schedulerName"] = "other", "default-scheduler"
+    state, problems = convert(team(), node("n1", gpus=8), running(body), pod("new", gpus=5))
+    assert [(h.task.node, h.task.gpu) for h in state.held] == [("n1", 4)]
+    words = "" if ours else "counted as holding 4 GPUs"  # ours: whatever made the pod unreadable
+    assert any("annotated" in p and "metadata.annotations.gpu-" in p and words in p for p in problems)
+    assert free_gpus_after(state, "new") == {}  # 8 - 4 leaves room for 4, not 5
+
+
 def test_ungrouped_pods_wait_for_the_grouper_but_a_placed_one_counts() -> None:
     state, problems = convert(
         team("team-a", gpu=16),

@@ -133,3 +133,32 @@ def _not_ready(scheduler: KubeScheduler, name: str) -> bool:
     node = scheduler.cache.get("Node", "", name)
     conditions = ((node or {}).get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "False" for c in conditions)
+
+
+def test_a_four_gpu_pod_annotated_with_a_fraction_still_holds_four(
+    kube_api: Any, zone: Zone, scheduler: KubeScheduler
+) -> None:
+    """The kubelet gave both pods 4 whole GPUs; an added `gpu-fraction` annotation (valid or not)
+    once made them count as 1 each, and the node was booked past its 8 GPUs."""
+    node_a, node_b = zone.node("a"), zone.node("b")
+    queue = zone.queue("q")
+    zone.pod("web", scheduler="default-scheduler", node=node_a, gpus=4, annotations={"gpu-fraction": "0.5"})
+    zone.pod("big", queue=queue, gpus=4)
+    assert eventually(lambda: len(bound(kube_api, zone.name, "big")) == 1, 60, scheduler.run_cycle)
+    annotation = {"metadata": {"annotations": {"gpu-fraction": "lots"}}}
+    client.CoreV1Api(kube_api).patch_namespaced_pod("big", zone.name, annotation)
+    assert scheduler.cache.wait_until(
+        lambda: "gpu-fraction" in _annotations(scheduler.cache.get("Pod", zone.name, "big")), 30
+    )
+    for index in range(9):
+        zone.pod(f"small-{index}", queue=queue, gpus=1)
+
+    assert eventually(lambda: len(bound(kube_api, zone.name, "small-")) == 8, 60, scheduler.run_cycle)
+    for _ in range(3):  # the ninth never fits, however often it looks
+        scheduler.run_cycle()
+    assert len(bound(kube_api, zone.name, "small-")) == 8
+    assert gpus_requested_per_node(kube_api, zone.name) == {node_a: 8, node_b: 8}
+
+
+def _annotations(pod: dict[str, Any] | None) -> dict[str, str]:
+    return dict(((pod or {}).get("metadata") or {}).get("annotations") or {})
