@@ -133,6 +133,8 @@ def merge_plans(plans: dict[str, Plan]) -> Plan:
         merged.pending_reasons.update(plan.pending_reasons)
         merged.tasks.update(plan.tasks)
         merged.problems.extend(plan.problems)
+        merged.started.update(plan.started)
+        merged.stale_marks.update(plan.stale_marks)
     return merged
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kai_ray.engine.jobs import Task
-from kai_ray.engine.reasons import EvictionReason, PendingCause, PendingReason
+from kai_ray.engine.reasons import EvictionReason, PendingCause, PendingReason, StaleMark
 from kai_ray.engine.session import Session
 from kai_ray.model.objects import (
     ACTIVE_ALLOCATED,
@@ -68,6 +68,13 @@ class Plan:
     pending_reasons: dict[str, PendingReason] = field(default_factory=dict)
     tasks: dict[tuple[str, str], TaskState] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    started: dict[str, float] = field(default_factory=dict)
+    """Job key → when its gang was (re)started this cycle: the min-runtime clock's start, which a
+    backend keeps with the job (KAI's `kai.scheduler/last-start-timestamp`) for later cycles."""
+    stale_marks: dict[str, StaleMark] = field(default_factory=dict)
+    """Job key → when it fell below its minimum (None: it no longer is), for the jobs whose mark
+    changed this cycle: kept with the job (`kai.scheduler/stale-podgroup-timestamp`) so that a
+    stale gang's grace period runs out across cycles."""
 
 
 StateFields = tuple[TaskStatus, str | None, tuple[str, ...], float]
@@ -159,6 +166,9 @@ def build_plan(session: Session) -> Plan:
                 plan.evictions.append(new_eviction(key, name, state.node, reason))
         plan.tasks.update(states)
         job.plan_states = states
+        if job.last_start is not None and job.last_start != job.spec.last_start:
+            plan.started[key] = job.last_start
+    plan.stale_marks.update(session.stale_marks)
     for job in session.jobs_with_pending_tasks():
         plan.pending_reasons[job.key] = session.job_reason(job) or NOT_REACHED
     for name, waiting in problem_reasons(session.snapshot.problems).items():

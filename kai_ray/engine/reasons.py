@@ -52,6 +52,20 @@ class EvictionReason:
         return self.message
 
 
+@dataclass(frozen=True)
+class StaleMark:
+    """A change in when a running gang fell below its minimum: `since` is that time, or None when
+    it no longer is; `active` and `minimum` count its pods then (for KAI's `StaleJob` Event)."""
+
+    since: float | None
+    active: int
+    minimum: int
+
+    def describe(self) -> str:
+        """KAI's `StaleJob` words."""
+        return f"Job is stale. {self.active} pods are active, minMember is {self.minimum}"
+
+
 class PendingCause(enum.StrEnum):
     """Why a job still waits.  Values that KAI also uses are spelled as KAI spells them."""
 

@@ -27,7 +27,7 @@ from kai_ray.engine.part_basis import PartBasis
 from kai_ray.engine.plugins.base import OrderKey, Plugin
 from kai_ray.engine.plugins.registry import plugin_class
 from kai_ray.engine.queues import Charge, QueueBook
-from kai_ray.engine.reasons import EvictionReason, PendingReason, main_cause
+from kai_ray.engine.reasons import EvictionReason, PendingReason, StaleMark, main_cause
 from kai_ray.engine.statement import Placement
 from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.identity_cache import IdentityCache
@@ -83,6 +83,9 @@ class Session:
         self.placed_by: dict[int, str] = {}
         """Task uid → the action that placed it (bound or pipelined) this cycle."""
         self.stale_since: dict[str, float] = {}
+        self.stale_marks: dict[str, StaleMark] = {}
+        """Job key → when it fell below its minimum, or None when it no longer is, for the jobs
+        whose stale mark this cycle changed (`stale_gang_eviction`)."""
         self._charges: dict[int, Charge] = {}
         """Task uid → what it charges its queue, for tasks placed in this session."""
         self._charged_at_open: frozenset[int] = frozenset()

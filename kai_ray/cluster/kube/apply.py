@@ -15,8 +15,9 @@ victim stays this cycle, and the refusal is returned (`BlockedEviction`) so the
 PodGroup that needed the room can say which budget stopped it.  Each evicted
 pod gets an ``Evict`` Event on its PodGroup naming the engine's reason, and the
 PodGroup's ``kai.scheduler/last-eviction-timestamp`` is set (it restarts the
-preemption-delay window, §3.7).  Pipelined pods only get a ``Pipelined`` Event:
-nothing is reserved for them.
+preemption-delay window, §3.7), with the other clocks the engine keeps on PodGroups between
+cycles (`job_marks`: a gang's start, when it fell below its minimum).  Pipelined pods only
+get a ``Pipelined`` Event: nothing is reserved for them.
 
 A pod with delayed claims (unbound claims of a `WaitForFirstConsumer` class) has each annotated
 with ``volume.kubernetes.io/selected-node`` before it gets its BindRequest or is bound directly,
@@ -35,6 +36,7 @@ import functools
 import json
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -48,12 +50,12 @@ from kubernetes.client.exceptions import ApiException
 from kai_ray.api.constants import (
     BINDREQUEST_API_VERSION,
     DEFAULT_NODE_POOL,
-    LAST_EVICTION_TIMESTAMP_ANNOTATION,
     SCHEDULER_NAME,
     SCHEDULING_GROUP,
     SELECTED_NODE_ANNOTATION,
     SELECTED_NODE_LABEL,
 )
+from kai_ray.cluster.kube.job_marks import JobMarks, job_marks, newly_stale
 from kai_ray.cluster.kube.status import (
     MERGE_PATCH,
     PODGROUP_VERSION,
@@ -65,8 +67,6 @@ from kai_ray.cluster.kube.status import (
     Tally,
     api_error_message,
     discard,
-    now_utc,
-    rfc3339,
     run_bounded,
     split_job_key,
 )
@@ -440,18 +440,26 @@ class _Applier:
             annotations=annotations,
         )
 
-    def mark_evicted(self, job: str) -> None:
-        """Set ``kai.scheduler/last-eviction-timestamp``: it restarts the preemption-delay window."""
+    def mark(self, job: str, marks: JobMarks, stale: str | None) -> None:
+        """Write the clocks the engine keeps with the job (`job_marks`) on its PodGroup, and tell
+        the cache at once, so the next cycle reads them even before the watch shows the change;
+        `stale`: the `StaleJob` words when the gang fell below its minimum this cycle."""
         namespace, name = split_job_key(job)
-        patch = {"metadata": {"annotations": {LAST_EVICTION_TIMESTAMP_ANNOTATION: rfc3339(now_utc())}}}
+        patch = {"metadata": {"annotations": marks}}
         try:
-            self.custom.patch(PODGROUPS, PODGROUP_VERSION, namespace, name, patch)
+            stored = self.custom.patch(PODGROUPS, PODGROUP_VERSION, namespace, name, patch)
         except ApiException as exc:
             if exc.status != 404:
                 self.result.add(
                     "errors",
                     OperationError("annotate", f"PodGroup {namespace}/{name}", api_error_message(exc)),
                 )
+            return
+        if self.observe is not None:
+            self.observe("PodGroup", stored)
+        if stale is not None:
+            uid = str((stored.get("metadata") or {}).get("uid") or "")
+            self._event(ObjectRef.podgroup(namespace, name, uid), "Normal", "StaleJob", stale)
 
     def _podgroup_uid(self, namespace: str, name: str) -> str:
         """The PodGroup's uid (so the Event shows in ``kubectl describe``), read once per apply."""
@@ -577,11 +585,14 @@ def apply_plan(
         concurrency,
     )
     done = set(result.evicted)
-    evicted_jobs = sorted({e.job for e in evictions if pod_key(e) in done})
+    evicted_jobs = {e.job for e in evictions if pod_key(e) in done}
+    stale = newly_stale(plan)
     run_bounded(
         [
-            applier.guard("annotate", f"PodGroup {job}", functools.partial(applier.mark_evicted, job))
-            for job in evicted_jobs
+            applier.guard(
+                "annotate", f"PodGroup {job}", functools.partial(applier.mark, job, marks, stale.get(job))
+            )
+            for job, marks in sorted(job_marks(plan, evicted_jobs, time.time()).items())
         ],
         concurrency,
     )

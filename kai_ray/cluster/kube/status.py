@@ -201,26 +201,32 @@ class CustomObjects:
         """Merge-patch ``body`` (``{"status": ...}``) into the object's status."""
         if plural not in self._no_status_subresource:
             try:
-                self._patch(plural, version, namespace, name, body, status=True)
+                discard(self._patch(plural, version, namespace, name, body, status=True))
                 return
             except ApiException as exc:
                 if exc.status != 404:
                     raise
             # 404: either the object is gone or the CRD has no status subresource; the main
             # resource tells which (it 404s too when the object is gone).
-            self._patch(plural, version, namespace, name, body, status=False)
+            discard(self._patch(plural, version, namespace, name, body, status=False))
             with self._lock:
                 self._no_status_subresource.add(plural)
             log.info("CRD %s.%s has no status subresource; patching status on the object", plural, version)
             return
-        self._patch(plural, version, namespace, name, body, status=False)
+        discard(self._patch(plural, version, namespace, name, body, status=False))
 
-    def patch(self, plural: str, version: str, namespace: str | None, name: str, body: Any) -> None:
-        self._patch(plural, version, namespace, name, body, status=False)
+    def patch(self, plural: str, version: str, namespace: str | None, name: str, body: Any) -> dict[str, Any]:
+        """Patch the object itself; returns it as the server stored it (for the cache to observe)."""
+        response = self._patch(plural, version, namespace, name, body, status=False)
+        try:
+            return cast(dict[str, Any], json.loads(response.data))
+        finally:
+            discard(response)
 
     def _patch(
         self, plural: str, version: str, namespace: str | None, name: str, body: Any, *, status: bool
-    ) -> None:
+    ) -> Any:
+        """The raw response (`_preload_content=False`): the caller reads or `discard`s it."""
         content_type = JSON_PATCH if isinstance(body, list) else MERGE_PATCH
         kwargs: dict[str, Any] = {"_content_type": content_type, "_preload_content": False}
         group = SCHEDULING_GROUP
@@ -239,7 +245,7 @@ class CustomObjects:
             resp = self.api.patch_namespaced_custom_object(
                 group, version, namespace, plural, name, body, **kwargs
             )
-        discard(resp)
+        return resp
 
 
 # --------------------------------------------------------------------------------------------
