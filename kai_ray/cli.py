@@ -99,7 +99,7 @@ LeaseDurationOption = Annotated[
     float, typer.Option("--lease-duration", help="Seconds a standby waits on an unrenewed lease.")
 ]
 RenewDeadlineOption = Annotated[
-    float, typer.Option("--renew-deadline", help="Seconds the leader may fail to renew before it stops.")
+    float, typer.Option("--renew-deadline", help="Seconds the leader may fail to renew before it is fenced.")
 ]
 MetricsAddressOption = Annotated[
     str,

@@ -8,6 +8,7 @@ pod bound twice or a second BindRequest cannot slip between two polls.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 import signal
@@ -21,7 +22,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from kai_ray.devcluster import DevCluster
+from kai_ray.devcluster import DevCluster, read_audit_events
 
 GROUP = "scheduling.run.ai"
 KAI_RAY = Path(sys.executable).parent / "kai-ray"
@@ -144,6 +145,19 @@ def lease_holder(api: Any, namespace: str, name: str) -> str | None:
             return None
         raise
     return (lease.spec.holder_identity if lease.spec else None) or None
+
+
+def writes_by(cluster: DevCluster, identity: str, since: dt.datetime) -> list[str]:
+    """Writes the API server received from that replica (its user agent names it) since `since`."""
+    found = []
+    for event in read_audit_events(cluster):
+        received = dt.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+        if f"({identity})" in event.get("userAgent", "") and received >= since:
+            ref = event.get("objectRef") or {}
+            found.append(
+                f"{event['verb']} {ref.get('resource')}/{ref.get('subresource', '')} {ref.get('name')}"
+            )
+    return found
 
 
 class History:

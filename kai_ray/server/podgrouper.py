@@ -21,7 +21,7 @@ from kai_ray import __version__
 from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.fence import NotLeader
 from kai_ray.cluster.kube.grouping import PodGrouper, log_grouping
-from kai_ray.cluster.kube.leader import LeaderElector, LeaseTiming, lease_name
+from kai_ray.cluster.kube.leader import LeaderElector, LeaseTiming, Standing, lease_name
 from kai_ray.cluster.kube.permissions import OWNER_READ_PERMISSIONS, PODGROUPER_PERMISSIONS
 from kai_ray.cluster.kube.status import EventWriter, api_error_message
 from kai_ray.server.endpoints import Health
@@ -127,6 +127,7 @@ class GroupingLoop:
         """Pass after pass until `stop`; True when it ended because leadership was lost.
 
         A pass that fails on the API server is one line; the next starts from the cache as it is then.
+        While the lease is not renewed no pass runs; after a renewal they go on.
         """
         self.cache.start()
         lost = False
@@ -139,8 +140,8 @@ class GroupingLoop:
                 return False
             seen = -1
             while not stop.is_set():
-                if elector is not None and not elector.leadership.is_leader():
-                    lost = True
+                if elector is not None and (standing := elector.wait_to_lead(stop)) is not Standing.LEADING:
+                    lost = standing is Standing.LOST
                     break
                 seen = self.cache.wait_changed(seen, period)
                 self.run_pass()
@@ -155,7 +156,7 @@ class GroupingLoop:
         try:
             grouped = self.grouper.group(self.cache, self.events)
         except NotLeader:
-            log.error("grouping pass stopped: this replica is no longer the leader")
+            log.error("grouping pass stopped: writes are fenced, the lease was not renewed in time")
             return
         except API_FAILURES as error:
             log.warning("grouping pass failed, the next starts from the cache: %s", api_error_message(error))

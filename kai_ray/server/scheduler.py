@@ -4,8 +4,10 @@ A thin shell around the engine: every decision is the engine's, made from
 the informer cache's snapshot; this module only moves data in and out, in
 a fixed order per cycle.  Only the leader schedules: with a `LeaderElector`
 the loop waits for the lease, and every write goes through the fenced API
-client, so a replica whose lease lapsed stops writing at once and `run`
-returns `RunOutcome.LOST_LEADERSHIP` (serve then exits non-zero, as KAI does).
+client, so a replica whose lease lapsed stops writing at once.  The loop then
+waits: when the lease is renewed (an outage it rode out) it cycles on; when
+another replica took it, `run` returns `RunOutcome.LOST_LEADERSHIP` (serve
+then exits non-zero, as KAI does).
 
 What the loop remembers about objects (Event dedupe, written conditions,
 binder state, metric series) is pruned every cycle to what the cache still
@@ -38,7 +40,7 @@ from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.fence import NotLeader
 from kai_ray.cluster.kube.grouping import PodGrouper, log_grouping
 from kai_ray.cluster.kube.known import KnownObjects
-from kai_ray.cluster.kube.leader import LeaderElector
+from kai_ray.cluster.kube.leader import LeaderElector, Standing
 from kai_ray.cluster.kube.planner import CyclePlanner
 from kai_ray.cluster.kube.reporting import ProblemReporter
 from kai_ray.cluster.kube.status import (
@@ -116,9 +118,9 @@ class CyclePacing:
 
 class RunOutcome(enum.Enum):
     STOPPED = "stopped"
-    """Asked to stop (SIGTERM); the lease was given up."""
+    """Asked to stop (SIGTERM); the lease was given up if this replica still led."""
     LOST_LEADERSHIP = "lost leadership"
-    """The lease could not be renewed in time; every write was fenced from that moment."""
+    """Another replica took the lease; every write was fenced since it could not be renewed."""
 
 
 @dataclass
@@ -406,14 +408,25 @@ class KubeScheduler:
         self, stop: threading.Event, pacing: CyclePacing, elector: LeaderElector | None = None
     ) -> RunOutcome:
         """The loop of `run` on a started cache: cycles paced by `pacing` until `stop` is set or
-        (with an elector) leadership is lost."""
+        (with an elector) leadership is lost.  While the lease is not renewed no cycle runs (it
+        could write nothing); the next one after a renewal plans from the cache as it is then."""
         while not stop.is_set():
             if elector is not None and not elector.leadership.is_leader():
-                return RunOutcome.LOST_LEADERSHIP
+                standing = self._wait_to_lead(elector, stop)
+                if standing is not Standing.LEADING:
+                    return RunOutcome.LOST_LEADERSHIP if standing is Standing.LOST else RunOutcome.STOPPED
             seen = self.cache.generation
             outcome = self._guarded_cycle()
             pacing.wait(self.cache, seen, outcome is not None and outcome.settled, stop)
         return RunOutcome.STOPPED
+
+    def _wait_to_lead(self, elector: LeaderElector, stop: threading.Event) -> Standing:
+        if self.metrics is not None:
+            self.metrics.set_leader(False)
+        standing = elector.wait_to_lead(stop)
+        if self.metrics is not None and standing is Standing.LEADING:
+            self.metrics.set_leader(True)
+        return standing
 
     @property
     def cycles_run(self) -> int:
@@ -446,7 +459,7 @@ class KubeScheduler:
         try:
             return self.run_cycle()
         except NotLeader:
-            log.error("cycle stopped: this replica is no longer the leader")
+            log.error("cycle stopped: writes are fenced, the lease was not renewed in time")
         except API_FAILURES as error:  # the server went away mid-cycle: one line, no traceback
             reason = api_error_message(error)
             log.warning("cycle failed, the next one starts from a fresh snapshot: %s", reason)

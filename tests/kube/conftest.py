@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kube_proxy import FlakyProxy
 from kube_serve import History, Serve
 from kube_zone import Zone
 from kubernetes import client
@@ -142,6 +143,16 @@ def serves(kube_cluster: DevCluster, tmp_path: Path) -> Iterator[Callable[..., S
     finally:
         for serve in started:
             serve.kill()
+
+
+@pytest.fixture
+def proxy(kube_cluster: DevCluster) -> Iterator[FlakyProxy]:
+    """A relay in front of the session's API server that a test can cut off (`FlakyProxy`)."""
+    relay = FlakyProxy(int(kube_cluster.server.rsplit(":", 1)[1]))
+    try:
+        yield relay
+    finally:
+        relay.close()
 
 
 @pytest.fixture

@@ -1,25 +1,30 @@
-"""Leader election on a real Lease and the fence it feeds (issue 8, item 2).
+"""Leader election on a real Lease and the fence it feeds (issue 8, item 2; issue 35, item 3).
 
 One holder at a time; hand-over on release; expiry judged by the observing
 replica's own clock (never the holder's timestamps); renewal on a thread of its
-own; a leader that cannot renew within the deadline loses, and from that moment
-the fenced client sends no write at all.
+own; a leader that cannot renew within the deadline is fenced, so the fenced
+client sends no write at all; it leads again if the lease is still its own when
+it can renew (an outage nobody used), and loses for good if another replica took
+the lease meanwhile, even one that gave it back since.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from kube_proxy import FlakyProxy
 from kubernetes import client
 
 from kai_ray.cluster.kube.fence import FencedApiClient, Leadership, NotLeader
-from kai_ray.cluster.kube.leader import LeaderElector, LeaseTiming, lease_name
+from kai_ray.cluster.kube.leader import LeaderElector, LeaseTiming, Standing, lease_name
+from kai_ray.devcluster import DevCluster
 
 pytestmark = pytest.mark.kube
 
@@ -43,6 +48,26 @@ def elector(api: Any, namespace: str, identity: str, **kwargs: Any) -> LeaderEle
 def holder(api: Any, namespace: str) -> str | None:
     lease = client.CoordinationV1Api(api).read_namespaced_lease("kai-ray-test", namespace)
     return lease.spec.holder_identity if lease.spec else None
+
+
+@pytest.fixture
+def proxied_api(kube_cluster: DevCluster, proxy: FlakyProxy) -> Iterator[Any]:
+    """A client of the session's API server through `proxy`, which the test can cut off."""
+    configuration = kube_cluster.configuration()
+    configuration.host = f"https://127.0.0.1:{proxy.port}"
+    api = client.ApiClient(configuration)
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
 
 
 def test_the_lease_is_named_after_the_scheduler() -> None:
@@ -112,11 +137,143 @@ def leading(candidate: LeaderElector) -> Iterator[threading.Thread]:
     thread = threading.Thread(target=candidate.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        assert candidate.wait_acquired(10)
+        assert candidate.leadership.wait_leading(10)
         yield thread
     finally:
         stop.set()
         thread.join(5)
+
+
+def test_a_lease_still_ours_after_an_outage_is_renewed_and_the_fence_lifts(
+    proxied_api: Any, kube_api: Any, namespace: str, proxy: FlakyProxy
+) -> None:
+    clock = FakeClock()
+    a = elector(proxied_api, namespace, "a", clock=clock)
+    assert a.try_acquire_or_renew()
+    proxy.down()
+    clock.now += 20  # past the renew deadline (10 s) and the lease (15 s)
+    assert not a.try_acquire_or_renew()
+    assert not a.leadership.is_leader() and not a.leadership.lost  # fenced, not lost
+    proxy.up()
+    assert a.try_acquire_or_renew()
+    assert a.leadership.is_leader()
+    lease = client.CoordinationV1Api(kube_api).read_namespaced_lease("kai-ray-test", namespace)
+    assert (lease.spec.holder_identity, lease.spec.lease_transitions) == ("a", 0)
+
+
+def take_over(api: Any, namespace: str, identity: str) -> LeaderElector:
+    """Another replica that finds the lease unchanged for a whole lease duration and takes it."""
+    clock = FakeClock()
+    usurper = elector(api, namespace, identity, clock=clock)
+    assert not usurper.try_acquire_or_renew()  # first sight of the record
+    clock.now += LeaseTiming().lease_duration + 1
+    assert usurper.try_acquire_or_renew()
+    return usurper
+
+
+def hand_back(api: Any, namespace: str, to: str) -> None:
+    """What a second process with the old leader's identity would write: its name, and the
+    transitions count the take-over raised."""
+    leases = client.CoordinationV1Api(api)
+    lease = leases.read_namespaced_lease("kai-ray-test", namespace)
+    lease.spec.holder_identity = to
+    leases.replace_namespaced_lease("kai-ray-test", namespace, lease)
+
+
+@pytest.mark.parametrize(
+    ("afterwards", "holder_now", "why"),
+    [
+        ("kept", "b", "replica b holds lease {ns}/kai-ray-test now"),
+        ("released", "", "lease {ns}/kai-ray-test has no holder now"),
+        (
+            "handed back",
+            "a",
+            "lease {ns}/kai-ray-test changed hands since this replica renewed it (transitions 1, was 0)",
+        ),
+    ],
+)
+def test_a_lease_taken_during_an_outage_is_lost_for_good_even_if_given_back(
+    proxied_api: Any,
+    kube_api: Any,
+    namespace: str,
+    proxy: FlakyProxy,
+    caplog: pytest.LogCaptureFixture,
+    afterwards: str,
+    holder_now: str,
+    why: str,
+) -> None:
+    clock = FakeClock()
+    a = elector(proxied_api, namespace, "a", clock=clock)
+    assert a.try_acquire_or_renew()
+    proxy.down()
+    clock.now += 20
+    assert not a.try_acquire_or_renew()
+    b = take_over(kube_api, namespace, "b")
+    if afterwards == "released":
+        b.release()
+    elif afterwards == "handed back":
+        hand_back(kube_api, namespace, "a")
+    proxy.up()
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="kai_ray.cluster.kube.leader"):
+        assert not a.try_acquire_or_renew()
+    assert a.leadership.lost and not a.leadership.is_leader()
+    assert caplog.messages == [f"lost leadership: {why.format(ns=namespace)}; stopping"]
+    assert not a.try_acquire_or_renew()  # for good: it never writes the lease again
+    assert holder(kube_api, namespace) == holder_now
+
+
+def test_a_deleted_lease_is_lost_not_created_again(kube_api: Any, namespace: str) -> None:
+    a = elector(kube_api, namespace, "a")
+    assert a.try_acquire_or_renew()
+    client.CoordinationV1Api(kube_api).delete_namespaced_lease("kai-ray-test", namespace)
+    assert not a.try_acquire_or_renew()
+    assert a.leadership.lost
+    with pytest.raises(client.ApiException, match="Not Found"):
+        holder(kube_api, namespace)
+
+
+def test_the_elector_thread_rides_out_an_outage_longer_than_the_lease(
+    proxied_api: Any, namespace: str, proxy: FlakyProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fenced while the server is away, and the owner waits (`wait_to_lead`) instead of quitting;
+    back, the lease is still its own: renewed on the same thread, and the owner goes on."""
+    caplog.set_level(logging.INFO, logger="kai_ray.cluster.kube.leader")
+    a = elector(proxied_api, namespace, "a", timing=FAST)
+    with leading(a) as thread:
+        proxy.down()
+        wait_for(lambda: not a.leadership.is_leader(), FAST.renew_deadline + 5, "the fence")
+        stop = threading.Event()
+        standing: list[Standing] = []
+        owner = threading.Thread(target=lambda: standing.append(a.wait_to_lead(stop)), daemon=True)
+        owner.start()
+        assert not proxy.wait_refused(10**6, timeout=FAST.lease_duration)  # the outage goes on
+        assert standing == [] and thread.is_alive()  # the owner waits; the elector keeps trying
+        proxy.up()
+        owner.join(FAST.retry_period + 10)
+        assert standing == [Standing.LEADING]
+        assert a.leadership.is_leader() and thread.is_alive()
+    where = f"lease {namespace}/kai-ray-test"
+    fenced = (
+        f"{where} not renewed within 2s; writes are fenced until it is renewed or another replica takes it"
+    )
+    said = [m for m in caplog.messages if m.startswith(where)]
+    assert len(said) == 2 and said[0] == fenced, said
+    assert said[1].startswith(f"{where} renewed after an outage of "), said
+    assert said[1].endswith("s; it was still ours, so this replica resumes"), said
+
+
+def test_waiting_to_lead_ends_when_the_lease_is_renewed_lost_or_the_owner_stops() -> None:
+    clock = FakeClock()
+    a = LeaderElector(unreachable(), "default", "kai-ray", "a", clock=clock)
+    stop = threading.Event()
+    stop.set()
+    assert a.wait_to_lead(stop) is Standing.STOPPED
+    stop.clear()
+    a.leadership.renewed(sent_at=clock.now)
+    assert a.wait_to_lead(stop) is Standing.LEADING
+    a.leadership.lose()
+    assert a.wait_to_lead(stop) is Standing.LOST
 
 
 def test_the_leader_renews_on_its_own_thread_and_the_fence_follows(kube_api: Any, namespace: str) -> None:
@@ -134,7 +291,7 @@ def test_the_leader_renews_on_its_own_thread_and_the_fence_follows(kube_api: Any
     assert not thread.is_alive()
 
 
-def test_a_leader_that_cannot_renew_loses_and_is_fenced(kube_api: Any, namespace: str) -> None:
+def test_a_leader_whose_lease_another_replica_took_loses_and_is_fenced(kube_api: Any, namespace: str) -> None:
     a = elector(kube_api, namespace, "a", timing=FAST)
     with leading(a) as thread:
         fenced = FencedApiClient(kube_api.configuration, a.leadership)
@@ -142,7 +299,7 @@ def test_a_leader_that_cannot_renew_loses_and_is_fenced(kube_api: Any, namespace
         core.create_namespaced_config_map(
             namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="ok"))
         )
-        # Someone else takes the lease by force: every renewal of `a` now fails.
+        # Someone else takes the lease by force: the next renewal of `a` finds it taken.
         leases = client.CoordinationV1Api(kube_api)
         lease = leases.read_namespaced_lease("kai-ray-test", namespace)
         lease.spec.holder_identity = "usurper"
@@ -178,12 +335,16 @@ def test_the_fence_is_a_deadline_not_a_flag() -> None:
     assert not leadership.is_leader()  # lost for good
 
 
-def test_an_unreachable_api_server_means_not_leader() -> None:
+def unreachable() -> Any:
+    """A client of a server that is not there."""
     configuration = client.Configuration()
     configuration.host = "https://127.0.0.1:9"
     configuration.retries = False
-    api = client.ApiClient(configuration)
-    lonely = LeaderElector(api, "default", "kai-ray", "lonely")
+    return client.ApiClient(configuration)
+
+
+def test_an_unreachable_api_server_means_not_leader() -> None:
+    lonely = LeaderElector(unreachable(), "default", "kai-ray", "lonely")
     assert not lonely.try_acquire_or_renew()
     assert not lonely.leadership.is_leader()
 

@@ -17,12 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kube_serve import History, Serve, lease_holder, wait_until
+from kube_serve import History, Serve, lease_holder, wait_until, writes_by
 from kube_zone import Zone
 from kubernetes import client
 
 from kai_ray.cluster.kube.leader import lease_name
-from kai_ray.devcluster import DevCluster, read_audit_events
+from kai_ray.devcluster import DevCluster
 
 pytestmark = pytest.mark.kube
 
@@ -55,19 +55,6 @@ def events_per_pod(kube_api: Any, namespace: str, reason: str) -> dict[str, int]
     for event in events:
         counts[event.involved_object.name] = counts.get(event.involved_object.name, 0) + 1
     return counts
-
-
-def writes_by(cluster: DevCluster, identity: str, since: dt.datetime) -> list[str]:
-    """Writes the API server received from that replica (its user agent names it) since `since`."""
-    found = []
-    for event in read_audit_events(cluster):
-        received = dt.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
-        if f"({identity})" in event.get("userAgent", "") and received >= since:
-            ref = event.get("objectRef") or {}
-            found.append(
-                f"{event['verb']} {ref.get('resource')}/{ref.get('subresource', '')} {ref.get('name')}"
-            )
-    return found
 
 
 def test_a_leader_paused_past_its_lease_writes_nothing_after_it_resumes(

@@ -14,6 +14,11 @@ passes through, the API client:
   whole lease duration, which starts no earlier than t; the difference
   (lease duration − renew deadline) is the margin for a write already in
   flight, so writes time out well inside it (`WRITE_TIMEOUT`).
+- Past that moment the process is fenced, not finished: an API server outage
+  stops renewals as surely as a take-over does.  A later renewal lifts the
+  fence, and the elector renews only a lease that no other replica has held
+  since its last renewal (see `leader`), so no one else can have acted in
+  between.  Only a take-over ends leadership for good.
 - `FencedApiClient` refuses every POST/PUT/PATCH/DELETE with `NotLeader`
   once that moment has passed, without sending anything.  The check reads the
   clock, not a flag a thread must set, so a process resumed after SIGSTOP is
@@ -49,39 +54,54 @@ class NotLeader(Exception):
 class Leadership:
     """Until when this process may act as the scheduler. Thread-safe.
 
-    Without any renewal it is not leader.  `lose` ends leadership for good: a
-    process that lost its lease exits rather than trying to lead again with state
-    it can no longer trust.
+    Without any renewal it is not leader.  A renewal that comes after the deadline
+    (an outage longer than it) makes it leader again: the elector renews only a lease
+    that no other replica has held since (see `leader`), so nobody else acted in
+    between.  `lose` ends leadership for good: another replica took the lease, and a
+    process that lost it exits rather than trying to lead again with state it can no
+    longer trust.
     """
 
     def __init__(self, renew_deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.renew_deadline = renew_deadline
         self._clock = clock
         self._valid_until = float("-inf")
-        self._lost = threading.Event()
-        self._lock = threading.Lock()
+        self._lost = False
+        self._changed = threading.Condition()
 
     def is_leader(self) -> bool:
-        with self._lock:
-            return not self._lost.is_set() and self._clock() < self._valid_until
+        with self._changed:
+            return self._leading()
 
     def renewed(self, sent_at: float) -> None:
         """A renewal sent at `sent_at` (this clock) succeeded."""
-        with self._lock:
-            if not self._lost.is_set():
+        with self._changed:
+            if not self._lost:
                 self._valid_until = max(self._valid_until, sent_at + self.renew_deadline)
+                self._changed.notify_all()
 
     def lose(self) -> None:
-        with self._lock:
-            self._lost.set()
+        with self._changed:
+            self._lost = True
             self._valid_until = float("-inf")
+            self._changed.notify_all()
 
     @property
     def lost(self) -> bool:
-        return self._lost.is_set()
+        with self._changed:
+            return self._lost
 
     def wait_lost(self, timeout: float) -> bool:
-        return self._lost.wait(timeout)
+        with self._changed:
+            return self._changed.wait_for(lambda: self._lost, timeout)
+
+    def wait_leading(self, timeout: float) -> bool:
+        """Wait until this process may act again (True), or it lost, or `timeout` passed (False)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._lost or self._leading(), timeout) and not self._lost
+
+    def _leading(self) -> bool:
+        return not self._lost and self._clock() < self._valid_until
 
 
 class FencedApiClient(client.ApiClient):
