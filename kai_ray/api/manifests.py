@@ -78,11 +78,19 @@ class ManifestProblem:
     line: int | None = None
     warning: bool = False
     """Worth saying, but nothing was skipped (the podgrouper grouped the pod all the same)."""
+    reason: str = ""
+    """What a warning is, in one CamelCase word for the Event and condition that say it on the
+    object (``PriorityClassNotFound``); empty for a problem that skips its object."""
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
         parts = [where, self._object(), self.field, self.message]
         return ": ".join(part for part in parts if part)
+
+    def detail(self) -> str:
+        """The field and what is wrong with it, without file and object (which an Event or
+        condition on the object already names)."""
+        return ": ".join(part for part in (self.field, self.message) if part)
 
     def _object(self) -> str:
         if not self.kind or not self.name:

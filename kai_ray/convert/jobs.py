@@ -13,7 +13,8 @@ never offered twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Final
 
 from kai_ray.api import Manifest, ManifestProblem, Pod, PodGroup
 from kai_ray.api.constants import (
@@ -46,7 +47,9 @@ class NamedJob:
     """The PodGroup a pod names, as conversion left it: converted, skipped, or absent."""
 
     job: JobSpec | None
-    skipped: bool = False
+    skipped: str | None = None
+    """Why the PodGroup was left out (its problem, field and message), None when it was not:
+    its pods say it, so a pod waiting on a missing queue names the queue."""
 
 
 def pod_group_key(pod: Pod) -> _Key | None:
@@ -92,7 +95,7 @@ def _blocked_task(manifest: Manifest[Pod], named: NamedJob, error: Invalid) -> T
     condition) then says what is wrong, and a gang does not run without it. A pod on a node, one
     whose PodGroup is missing, or one naming no leaf of its PodGroup's tree is only held."""
     pod, job = manifest.obj, named.job
-    if job is None or named.skipped or pod.spec.node_name or pod.status.phase != "Pending":
+    if job is None or named.skipped is not None or pod.spec.node_name or pod.status.phase != "Pending":
         return None
     subgroup = pod.metadata.labels.get(SUBGROUP_LABEL, DEFAULT_SUBGROUP)
     if subgroup not in {pod_set.name for pod_set in job.subgroups.all_pod_sets()}:
@@ -117,8 +120,10 @@ def _held_outcome(manifest: Manifest[Pod], context: PodContext, *, foreign: bool
     and GPU-sharing annotations at once: the larger count is held)."""
     held = _held(manifest, context, foreign=foreign)
     note = gpu_disagreement(manifest) if held is not None else None
-    problem = None if note is None else manifest.problem(note.field, note.message)
-    return PodOutcome(held=held, problem=problem)
+    if note is None:
+        return PodOutcome(held=held)
+    problem = manifest.problem(note.field, note.message)
+    return PodOutcome(held=held, problem=replace(problem, warning=True, reason=AMBIGUOUS_GPU_REQUEST))
 
 
 def _held(manifest: Manifest[Pod], context: PodContext, *, foreign: bool) -> HeldPod | None:
@@ -130,21 +135,45 @@ def _held(manifest: Manifest[Pod], context: PodContext, *, foreign: bool) -> Hel
 
 def _named_job(named: NamedJob, key: _Key) -> JobSpec:
     field = annotation_field(POD_GROUP_NAME_ANNOTATION)
-    if named.skipped:
-        raise Invalid(field, f"PodGroup {key[1]!r} was skipped (see its own problem)")
+    if named.skipped is not None:
+        raise Invalid(field, f"PodGroup {key[1]!r} is not scheduled: {named.skipped}")
     if named.job is None:
         raise Invalid(field, f"PodGroup {key[1]!r} does not exist in namespace {key[0]!r}")
     return named.job
 
 
+PRIORITY_CLASS_NOT_FOUND: Final = "PriorityClassNotFound"
+"""The warning of a PodGroup naming a PriorityClass that does not exist."""
+AMBIGUOUS_GPU_REQUEST: Final = "AmbiguousGpuRequest"
+"""The warning of a placed pod that asks for whole GPUs and shares GPUs at once."""
+WARNING_REASONS: Final = frozenset({PRIORITY_CLASS_NOT_FOUND})
+"""The `ManifestProblem.reason`s of PodGroup warnings: the condition types said on PodGroups."""
+
+
+def skip_reason(problem: ManifestProblem | None) -> str:
+    """What a skipped PodGroup's pods say about it: its problem's field and message."""
+    return "it could not be read" if problem is None else problem.detail()
+
+
 def podgroup_outcome(
     manifest: Manifest[PodGroup], queues: QueueIndex, priorities: Priorities
 ) -> tuple[JobSpec | None, ManifestProblem | None]:
-    """The PodGroup's job without tasks yet, or the problem that skips it."""
+    """The PodGroup's job without tasks yet, or the problem that skips it; a job whose
+    PriorityClass does not exist is scheduled at the default priority, as KAI's is, and comes
+    with a warning that says so (KAI says nothing, and the job silently loses its rank)."""
     try:
-        return job_from_podgroup(manifest, queues, priorities), None
+        job = job_from_podgroup(manifest, queues, priorities)
     except Invalid as error:
         return None, manifest.problem(error.field, error.message)
+    class_name = manifest.obj.spec.priority_class_name
+    if not class_name or priorities.knows(class_name):
+        return job, None
+    message = (
+        f"PriorityClass {class_name!r} does not exist; scheduled at the default priority {job.priority} "
+        f"({'preemptible' if job.preemptible else 'non-preemptible'})"
+    )
+    warning = manifest.problem("spec.priorityClassName", message)
+    return job, replace(warning, warning=True, reason=PRIORITY_CLASS_NOT_FOUND)
 
 
 class JobAssembler:
@@ -166,7 +195,7 @@ class JobAssembler:
         self._pods = pods
         self._problems = problems
         self._jobs: dict[_Key, JobSpec] = {}
-        self._skipped: set[_Key] = set()
+        self._skipped: dict[_Key, str] = {}
         self.held: list[HeldPod] = []
 
     @property
@@ -178,7 +207,7 @@ class JobAssembler:
             key = (manifest.obj.metadata.namespace or "", manifest.obj.metadata.name)
             job, problem = podgroup_outcome(manifest, self._queues, self._priorities)
             if job is None:
-                self._skipped.add(key)
+                self._skipped[key] = skip_reason(problem)
             else:
                 self._jobs[key] = job
             if problem is not None:
@@ -187,7 +216,7 @@ class JobAssembler:
     def add_pods(self, manifests: list[Manifest[Pod]]) -> None:
         for manifest in manifests:
             key = pod_group_key(manifest.obj)
-            named = NamedJob(None) if key is None else NamedJob(self._jobs.get(key), key in self._skipped)
+            named = NamedJob(None) if key is None else NamedJob(self._jobs.get(key), self._skipped.get(key))
             outcome = pod_outcome(manifest, named, self._pods, self._scheduler_name, self._storage)
             if outcome.problem is not None:
                 self._problems.append(outcome.problem)

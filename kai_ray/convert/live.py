@@ -54,6 +54,7 @@ from kai_ray.convert.jobs import (
     pod_group_key,
     pod_outcome,
     podgroup_outcome,
+    skip_reason,
 )
 from kai_ray.convert.nodes import node_spec
 from kai_ray.convert.podgroups import Priorities
@@ -434,7 +435,8 @@ class LiveCluster:
         template = self._templates.get(key)
         if template is None:
             return NamedJob(None)
-        return NamedJob(template[0], skipped=template[0] is None)
+        job, problem = template
+        return NamedJob(job, None if job is not None else skip_reason(problem))
 
     def _refresh_jobs(self) -> None:
         for key in self._dirty_jobs:

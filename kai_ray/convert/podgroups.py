@@ -43,6 +43,9 @@ class Priorities:
         defaults = [m.obj.value for m in manifests if m.obj.global_default]
         return cls(values, max(defaults) if defaults else None)
 
+    def knows(self, class_name: str) -> bool:
+        return class_name in self.values
+
     def value_of(self, class_name: str) -> int:
         if class_name in self.values:
             return self.values[class_name]

@@ -184,7 +184,6 @@ def priority_class(name: str, value: int, global_default: bool = False) -> dict[
     [
         ([podgroup("pg", priorityClassName="inference")], 125, False),
         ([podgroup("pg", priorityClassName="build-preemptible")], 75, True),
-        ([podgroup("pg", priorityClassName="nope")], 50, True),
         ([podgroup("pg"), priority_class("everyday", 200, global_default=True)], 200, False),
         ([podgroup("pg", priorityClassName="train", preemptibility="non-preemptible")], 50, False),
         ([podgroup("pg", priorityClassName="inference", preemptibility="preemptible")], 125, True),
@@ -196,6 +195,23 @@ def test_podgroup_priority_and_preemptibility(
 ) -> None:
     job = only_job(*objects)
     assert (job.priority, job.preemptible) == (priority, preemptible)
+
+
+@pytest.mark.parametrize(("default", "priority"), [(None, 50), (150, 150)])
+def test_a_missing_priority_class_gets_the_default_priority_and_a_warning(
+    default: int | None, priority: int
+) -> None:
+    """KAI schedules it at the globalDefault class's value, else 50, and says nothing; kai-ray
+    does the same and says so on the PodGroup."""
+    extra = [] if default is None else [priority_class("everyday", default, global_default=True)]
+    state, problems = base(podgroup("pg", priorityClassName="nope"), *extra)
+    (job,) = state.jobs
+    assert (job.priority, job.preemptible) == (priority, priority < 100)
+    kind = "preemptible" if priority < 100 else "non-preemptible"
+    assert problems == [
+        f"test.yaml: PodGroup/team-a/pg: spec.priorityClassName: PriorityClass 'nope' does not exist; "
+        f"scheduled at the default priority {priority} ({kind})"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -345,11 +345,12 @@ def test_an_orphan_queue_takes_its_descendants_with_it() -> None:
     assert [q.name for q in state.queues] == ["root"]
 
 
-def test_pods_of_a_skipped_podgroup_point_at_it() -> None:
+def test_pods_of_a_skipped_podgroup_say_why_it_was() -> None:
     _, problems = base(podgroup("pg", queue="nope"), pod("p", group="pg"))
     assert problems == [
         f"{PG}: spec.queue: queue 'nope' does not exist",
-        f"{POD}: metadata.annotations.pod-group-name: PodGroup 'pg' was skipped (see its own problem)",
+        f"{POD}: metadata.annotations.pod-group-name: PodGroup 'pg' is not scheduled: "
+        "spec.queue: queue 'nope' does not exist",
     ]
 
 

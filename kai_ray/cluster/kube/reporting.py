@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kubernetes import client
+
 from kai_ray.api import ManifestProblem
 from kai_ray.api.constants import DEFAULT_NAMESPACE, NODE_POOL_LABEL
 from kai_ray.cluster.kube.cache import RESOURCES, ClusterCache
@@ -41,8 +43,11 @@ from kai_ray.cluster.kube.status import (
     PodGroupRef,
     api_error_message,
     desired_conditions,
+    mark_pod_unschedulable,
     now_utc,
 )
+from kai_ray.cluster.kube.warning_conditions import WarningConditions
+from kai_ray.convert.jobs import WARNING_REASONS
 from kai_ray.engine.reasons import PendingCause, PendingReason
 
 __all__ = [
@@ -52,7 +57,6 @@ __all__ = [
     "REPORTED_KINDS",
     "ProblemReporter",
     "object_ref",
-    "problem_text",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,11 +71,6 @@ REPORTED_KINDS: Final = frozenset({"Pod", "PodGroup", "Queue"})
 
 _Key = tuple[str, str, str, str, str]
 """(kind, namespace, name, uid, message)."""
-
-
-def problem_text(problem: ManifestProblem) -> str:
-    """The problem without file and object, which the Event or condition already names."""
-    return ": ".join(part for part in (problem.field, problem.message) if part)
 
 
 def object_ref(obj: dict[str, Any]) -> ObjectRef:
@@ -110,6 +109,8 @@ class ProblemReporter:
         """PodGroups as the cache holds them, those carrying a condition of ours as their ref."""
         self._flagged: set[tuple[str, str]] = set()
         """(namespace, name) of the PodGroups that carry one: what `_clear_fixed` looks at."""
+        self._warnings = WarningConditions(self._custom)
+        self._core = client.CoreV1Api(api)
 
     def report(self, problems: Iterable[ManifestProblem]) -> int:
         """Write what is new since the last call; returns how many Events were written.
@@ -124,42 +125,59 @@ class ProblemReporter:
             else:
                 log.warning("skipped: %s", problem)
         current: set[_Key] = set()
+        troubled: set[tuple[str, str]] = set()
+        warned: dict[tuple[str, str], list[ManifestProblem]] = {}
         written = 0
         for target, found in by_target.items():
             obj = self._cache.get(target.kind, target.namespace, target.name)
             if obj is None:  # deleted since the snapshot
                 continue
             ref = object_ref(obj)
-            for text in dict.fromkeys(problem_text(p) for p in found):
-                key = (target.kind, target.namespace, target.name, ref.uid, text)
+            for problem in {(p.reason, p.detail()): p for p in found}.values():
+                key = (target.kind, target.namespace, target.name, ref.uid, problem.detail())
                 current.add(key)
-                if key not in self._reported and self._event(ref, text):
+                if key not in self._reported and self._tell(ref, obj, problem):
                     self._reported.add(key)
                     written += 1
+            errors = [p for p in found if not p.warning]
+            if target.kind == "PodGroup" and errors:
+                troubled.add((target.namespace, target.name))
+                self._condition(obj, errors)
             if target.kind == "PodGroup":
-                self._condition(obj, found)
+                warned[(target.namespace, target.name)] = [p for p in found if p.reason in WARNING_REASONS]
         self._reported &= current
-        troubled = {(k[1], k[2]) for k in current if k[0] == "PodGroup"}
         self._conditions = {k: v for k, v in self._conditions.items() if k in troubled}
         self._clear_fixed(troubled)
+        self._warnings.write(self._cache, {key: found for key, found in warned.items() if found})
         return written
 
     def tracked(self) -> dict[str, int]:
         """What the reporter remembers per object; pruned on every `report` to current problems."""
-        return {"reported_problems": len(self._reported), "problem_conditions": len(self._conditions)}
+        return {
+            "reported_problems": len(self._reported),
+            "problem_conditions": len(self._conditions),
+            **self._warnings.tracked(),
+        }
 
-    def _event(self, ref: ObjectRef, message: str) -> bool:
+    def _tell(self, ref: ObjectRef, obj: Mapping[str, Any], problem: ManifestProblem) -> bool:
+        """A Warning Event (`InvalidObject`, or the warning's own reason); a pod of ours left
+        waiting by the problem (its PodGroup's queue is missing, say) also gets
+        `PodScheduled=False` with the problem's words, as a pod the engine could not place does.
+        False when the API refused (the next cycle tries again)."""
+        text = problem.detail()
         try:
-            self._recorder.record(ref, "Warning", INVALID_OBJECT, message)
+            self._recorder.record(ref, "Warning", problem.reason or INVALID_OBJECT, text)
+            if not problem.warning and _waiting_pod_of(obj, self._cache.scheduler_name):
+                mark_pod_unschedulable(self._core, ref.namespace, ref.name, text, now_utc())
         except Exception as error:  # the next cycle tries again
-            log.warning("cannot record event on %s: %s", ref, api_error_message(error))
+            log.warning("cannot report on %s: %s", ref, api_error_message(error))
             return False
         return True
 
     def _condition(self, group: dict[str, Any], problems: list[ManifestProblem]) -> None:
         ref = PodGroupRef.from_object(group, NODE_POOL_LABEL)
         key = (ref.namespace, ref.name)
-        reasons = list({problem_text(p): _reason(p) for p in problems}.values())
+        reasons = list({p.detail(): _reason(p) for p in problems}.values())
         message = "; ".join(r.message for r in reasons)
         if self._conditions.get(key) == message:
             return  # written already; the cache may just not have seen our patch yet
@@ -203,10 +221,19 @@ class ProblemReporter:
         return True
 
 
+def _waiting_pod_of(obj: Mapping[str, Any], scheduler_name: str) -> bool:
+    """A pod of this scheduler that no node holds yet."""
+    if obj.get("kind") != "Pod":
+        return False
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    ours = spec.get("schedulerName") == scheduler_name
+    return ours and not spec.get("nodeName") and status.get("phase", "Pending") == "Pending"
+
+
 def _reason(problem: ManifestProblem) -> PendingReason:
     missing_queue = problem.field == "spec.queue"
     cause = PendingCause.QUEUE_DOES_NOT_EXIST if missing_queue else PendingCause.INVALID
-    return PendingReason(cause, problem_text(problem))
+    return PendingReason(cause, problem.detail())
 
 
 def _with_own_conditions(group: Mapping[str, Any]) -> PodGroupRef | None:

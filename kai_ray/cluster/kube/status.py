@@ -66,6 +66,7 @@ __all__ = [
     "StatusResult",
     "StatusWriter",
     "desired_conditions",
+    "mark_pod_unschedulable",
     "queue_usage_from_book",
     "split_job_key",
     "write_podgroup_status",
@@ -577,6 +578,32 @@ def desired_conditions(
     return [*kept, condition]
 
 
+def mark_pod_unschedulable(
+    core: client.CoreV1Api, namespace: str, pod: str, message: str, now: _dt.datetime
+) -> bool:
+    """Set the pod's ``PodScheduled=False/Unschedulable`` condition, which ``kubectl get pods``
+    and ``describe`` show; False when the pod is gone.  The API server sets it True on binding."""
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": REASON_UNSCHEDULABLE,
+        "message": message,
+        "lastTransitionTime": rfc3339(now),
+    }
+    body = {"status": {"conditions": [condition]}}
+    try:
+        discard(
+            core.patch_namespaced_pod_status(
+                pod, namespace, body, _content_type=STRATEGIC_MERGE_PATCH, _preload_content=False
+            )
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
 class StatusWriter:
     """Writes PodGroup conditions, Events and Queue status; remembers what it wrote.
 
@@ -723,29 +750,8 @@ class StatusWriter:
         with self._lock:
             if self._pod_conditions.get(key) == message:
                 return
-        body = {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": REASON_UNSCHEDULABLE,
-                        "message": message,
-                        "lastTransitionTime": rfc3339(self.clock()),
-                    }
-                ]
-            }
-        }
-        try:
-            discard(
-                self.core.patch_namespaced_pod_status(
-                    pod, ref.namespace, body, _content_type=STRATEGIC_MERGE_PATCH, _preload_content=False
-                )
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return  # the pod went away meanwhile
-            raise
+        if not mark_pod_unschedulable(self.core, ref.namespace, pod, message, self.clock()):
+            return  # the pod went away meanwhile
         with self._lock:
             self._pod_conditions[key] = message
         result.add("pods_marked", 1)
