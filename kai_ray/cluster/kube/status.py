@@ -428,16 +428,23 @@ class EventWriter:
                 try:
                     self._send(item.namespace, item.event)
                 except NotLeader:
-                    self.dropped += 1  # leadership is gone and the process is stopping: drop quietly
+                    # Fenced (an outage, or another replica leads now): dropped quietly, and
+                    # forgotten so that a replica that renews its lease says it again.
+                    self.dropped += 1
+                    self._forget_sent(item)
                 except Exception as exc:  # best effort, as in Kubernetes
                     log.warning(
                         "could not write Event %s: %s", item.event.get("reason"), api_error_message(exc)
                     )
-                    with self._lock:
-                        if self._last.get(item.key) == item.value:
-                            del self._last[item.key]
+                    self._forget_sent(item)
             finally:
                 self._queue.task_done()
+
+    def _forget_sent(self, item: _QueuedEvent) -> None:
+        """An Event that was not written is not the last one sent: the next identical one goes."""
+        with self._lock:
+            if self._last.get(item.key) == item.value:
+                del self._last[item.key]
 
     def forget(self, alive: Container[tuple[str, str, str]]) -> None:
         """Drop dedupe memory for objects not in ``alive`` ((kind, namespace, name) triples).
