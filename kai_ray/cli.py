@@ -425,9 +425,22 @@ def bench(
             raise typer.Exit(code=1)
         return
     if kube:
+        from kai_ray.bench import burst as burst_bench
         from kai_ray.bench import kube as kube_bench
         from kai_ray.devcluster import DevClusterError
 
+        burst = burst_bench.burst_sizes(shape) if shape is not None else None
+        if burst is not None:
+            try:
+                burst_result = burst_bench.run_burst_bench(
+                    *burst, progress=lambda line: typer.echo(line, err=True)
+                )
+            except (TimeoutError, DevClusterError) as exc:
+                _fail([str(exc)])
+            burst_bench.render(burst_result, terminal_console())
+            if json_file is not None:
+                json_file.write_text(json.dumps(burst_result.as_json(), indent=2) + "\n")
+            return
         try:
             idle_sizes = kube_bench.idle_sizes(shape) if shape is not None else None
             kube_result = kube_bench.run_kube_bench(

@@ -28,7 +28,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kai_ray.server.serve import GrouperFactory
 
-from kai_ray.api.constants import DEFAULT_QUEUE, QUEUE_LABEL, SCHEDULER_NAME
+from kai_ray.bench.burst import create_pods, pod_body
 from kai_ray.cluster.kube.bind_mode import BindMode
 
 __all__ = ["NAMESPACE", "KubeBenchResult", "render", "run_kube_bench"]
@@ -112,48 +111,21 @@ class KubeBenchResult:
         return common | asdict(self)
 
 
-def _pod(index: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"bench-{index:05d}", "labels": {QUEUE_LABEL: DEFAULT_QUEUE}},
-        "spec": {
-            "schedulerName": SCHEDULER_NAME,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox",
-                    "resources": {
-                        "requests": {"cpu": "100m", "memory": "100Mi"},
-                        "limits": {"nvidia.com/gpu": "1"},
-                    },
-                }
-            ],
-        },
-    }
-
-
 def _create_pods(api: Any, count: int, workers: int) -> None:
     from kubernetes import client
 
-    from kai_ray.cluster.kube.status import discard
-
-    core: Any = client.CoreV1Api(api)  # plain dicts as bodies: no model objects to build
+    core: Any = client.CoreV1Api(api)  # a plain dict as the body: no model to build
     core.create_namespace({"metadata": {"name": NAMESPACE}})
-
-    def create(index: int) -> None:
-        discard(core.create_namespaced_pod(NAMESPACE, _pod(index), _preload_content=False))
-
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bench-create") as pool:
-        for future in [pool.submit(create, index) for index in range(count)]:
-            future.result()
+    create_pods(api, NAMESPACE, lambda index: pod_body(f"bench-{index:05d}"), count, workers)
 
 
 def idle_sizes(shape: str) -> tuple[int, int]:
     """(nodes, pods) of a `kube-idle-NxP` shape; anything else is refused with the known name."""
     match = re.fullmatch(IDLE_PATTERN, shape)
     if match is None:
-        raise ValueError(f"with --kube, --shape must be kube-idle-NxP (N nodes, P pods), not {shape!r}")
+        raise ValueError(
+            f"with --kube, --shape must be kube-idle-NxP or kube-burst-NxP (N nodes, P pods), not {shape!r}"
+        )
     nodes, pods = (int(group) for group in match.groups())
     return nodes, pods
 
@@ -326,6 +298,8 @@ def run_kube_bench(
                 audit_mark = len(devcluster.read_audit_events(cluster)) if count_writes else 0
                 cpu_before = _cpu_seconds(workdir)
                 first = time.perf_counter()
+                if scheduler.grouping is not None:
+                    scheduler.grouping.start()  # beside the cycles, as `serve` runs it
                 result = _schedule(scheduler, api, nodes, gpus_per_node, pods, first, timeout, say)
                 cpu_after = _cpu_seconds(workdir)
                 say("waiting for the queued Events")

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter as Tally
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kai_ray.cluster.kube.grouping import GroupingResult
@@ -22,7 +22,7 @@ from kai_ray.engine.plan import Plan
 from kai_ray.engine.queues import QueueBook
 from kai_ray.model.objects import UNLIMITED
 
-__all__ = ["LATENCY_BUCKETS_MS", "EvictedPodGroup", "GroupingMetrics", "SchedulerMetrics"]
+__all__ = ["LATENCY_BUCKETS_MS", "DroppedEvents", "EvictedPodGroup", "GroupingMetrics", "SchedulerMetrics"]
 
 LATENCY_BUCKETS_MS = tuple(5.0 * 2**k for k in range(10))
 """KAI's `prometheus.ExponentialBuckets(5, 2, 10)`: 5 ms … 2560 ms."""
@@ -57,6 +57,7 @@ class SchedulerMetrics:
 
     def __init__(self, namespace: str = "kai") -> None:
         self.registry = CollectorRegistry()
+        self._namespace = namespace
         self._lock = threading.Lock()
         self._queue_series: set[tuple[str, str, str]] = set()
         self._evicted_series: set[tuple[str, str, str, str, str]] = set()
@@ -268,6 +269,10 @@ class SchedulerMetrics:
     def set_leader(self, leading: bool) -> None:
         self.leader.set(1 if leading else 0)
 
+    def count_dropped_events(self, dropped: Callable[[], int]) -> None:
+        """Expose `ray_events_dropped_total` from an Event writer's running count (`DroppedEvents`)."""
+        self.registry.register(DroppedEvents(dropped, self._namespace))
+
 
 class GroupingMetrics:
     """What the podgrouper did, counted (KAI's podgrouper exports only controller-runtime's
@@ -295,6 +300,24 @@ class GroupingMetrics:
         self.podgroups_written.labels(operation="update").inc(len(result.updated))
         self.pods_linked.inc(len(result.annotated))
         self.pods_ungrouped.inc(len(result.failed))
+
+
+class DroppedEvents(Collector):
+    """`ray_events_dropped_total`: Events a background writer dropped (its queue full, or written
+    while fenced), read from its running count when scraped, so a drop is counted the moment it
+    happens, whether or not a cycle runs.
+
+    Why it exists: Events are best effort, as in Kubernetes, and a burst can fill the queue;
+    without a counter the Events lost were invisible (the log line for them is rate-limited).
+    """
+
+    def __init__(self, dropped: Callable[[], int], namespace: str = "kai") -> None:
+        self._dropped = dropped
+        self._name = _full_name(namespace, "ray_events_dropped")
+
+    def collect(self) -> Iterator[Metric]:
+        documentation = "Events dropped by the background Event writer."
+        yield CounterMetricFamily(self._name, documentation, self._dropped())
 
 
 class _PlainCounter(Collector):

@@ -19,15 +19,15 @@ from prometheus_client import CollectorRegistry
 
 from kai_ray import __version__
 from kai_ray.cluster.kube.cache import ClusterCache
-from kai_ray.cluster.kube.fence import NotLeader
-from kai_ray.cluster.kube.grouping import PodGrouper, log_grouping
+from kai_ray.cluster.kube.grouping import PodGrouper
 from kai_ray.cluster.kube.leader import LeaderElector, LeaseTiming, Standing, lease_name
 from kai_ray.cluster.kube.permissions import OWNER_READ_PERMISSIONS, PODGROUPER_PERMISSIONS
-from kai_ray.cluster.kube.status import EventWriter, api_error_message
+from kai_ray.cluster.kube.status import EventWriter
 from kai_ray.server.endpoints import Health
+from kai_ray.server.grouping_passes import GroupingPasses
 from kai_ray.server.logs import configure_logging
-from kai_ray.server.metrics import GroupingMetrics
-from kai_ray.server.scheduler import API_FAILURES, CACHE_SYNC_TIMEOUT_SECONDS, EVENT_FLUSH_SECONDS
+from kai_ray.server.metrics import DroppedEvents, GroupingMetrics
+from kai_ray.server.scheduler import CACHE_SYNC_TIMEOUT_SECONDS, EVENT_FLUSH_SECONDS
 from kai_ray.server.serve import (
     DEFAULT_METRICS_ADDRESS,
     EXIT_CLUSTER,
@@ -91,6 +91,7 @@ def run_podgrouper(options: PodGrouperOptions, make_grouper: GrouperFactory) -> 
         metrics=GroupingMetrics(registry),
         health=health,
     )
+    registry.register(DroppedEvents(lambda: loop.events.dropped))
     try:
         lost = loop.run(stop, options.period, connection.elector)
     finally:
@@ -103,7 +104,8 @@ def run_podgrouper(options: PodGrouperOptions, make_grouper: GrouperFactory) -> 
 
 
 class GroupingLoop:
-    """Grouping passes over a cache of what grouping reads, one per change (or per period)."""
+    """Grouping passes over a cache of what grouping reads, one per change (or per period), at
+    once again while a pass left pods for the next."""
 
     def __init__(
         self,
@@ -115,13 +117,14 @@ class GroupingLoop:
         metrics: GroupingMetrics | None = None,
         health: Health | None = None,
     ) -> None:
-        self.grouper = grouper
-        self.metrics = metrics
         self.health = health
         self.cache = ClusterCache(
             api, scheduler_name=scheduler_name, namespace=namespace, kinds=PODGROUPER_KINDS
         )
         self.events = EventWriter(api, component=f"{scheduler_name}-podgrouper", background=True)
+        self.passes = GroupingPasses(
+            grouper, self.cache, self.events, observe=None if metrics is None else metrics.observe
+        )
 
     def run(self, stop: threading.Event, period: float, elector: LeaderElector | None = None) -> bool:
         """Pass after pass until `stop`; True when it ended because leadership was lost.
@@ -138,13 +141,13 @@ class GroupingLoop:
                 self.health.mark_ready()
             if elector is not None and not elector.lead(stop):
                 return False
-            seen = -1
+            seen, left = -1, 0
             while not stop.is_set():
                 if elector is not None and (standing := elector.wait_to_lead(stop)) is not Standing.LEADING:
                     lost = standing is Standing.LOST
                     break
-                seen = self.cache.wait_changed(seen, period)
-                self.run_pass()
+                seen = self.cache.wait_changed(seen, 0.0 if left else period)
+                left = self.run_pass()
         finally:
             if elector is not None and not lost:
                 elector.release()
@@ -152,21 +155,10 @@ class GroupingLoop:
             self.events.close(EVENT_FLUSH_SECONDS)
         return lost
 
-    def run_pass(self) -> None:
-        try:
-            grouped = self.grouper.group(self.cache, self.events)
-        except NotLeader:
-            log.error("grouping pass stopped: writes are fenced, the lease was not renewed in time")
-            return
-        except API_FAILURES as error:
-            log.warning("grouping pass failed, the next starts from the cache: %s", api_error_message(error))
-            return
-        log_grouping(grouped)
-        if self.metrics is not None:
-            self.metrics.observe(grouped)
-        pods = {
-            (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-            for meta in ((pod.get("metadata") or {}) for pod in self.cache.objects("Pod"))
-        }
-        self.grouper.forget(pods)
+    def run_pass(self) -> int:
+        """One pass (see `GroupingPasses.run_pass`), then the Events' memory of pods gone is
+        dropped; returns how many pods it left for the next."""
+        grouped = self.passes.run_pass()
+        pods = self.cache.keys("Pod")
         self.events.forget({("Pod", namespace, name) for namespace, name in pods})
+        return 0 if grouped is None else grouped.left

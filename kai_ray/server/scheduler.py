@@ -25,9 +25,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import urllib3
-from kubernetes.client.exceptions import ApiException
-
 from kai_ray.api import ManifestProblem
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.constants import NODE_POOL_LABEL
@@ -37,8 +34,9 @@ from kai_ray.cluster.kube.bind_mode import BindMode
 from kai_ray.cluster.kube.bind_request_cleanup import CleanupResult, delete_stale_bind_requests
 from kai_ray.cluster.kube.binder import Binder, BindPassResult
 from kai_ray.cluster.kube.cache import ClusterCache
+from kai_ray.cluster.kube.failures import API_FAILURES
 from kai_ray.cluster.kube.fence import NotLeader
-from kai_ray.cluster.kube.grouping import PodGrouper, log_grouping
+from kai_ray.cluster.kube.grouping import PodGrouper
 from kai_ray.cluster.kube.known import KnownObjects
 from kai_ray.cluster.kube.leader import LeaderElector, Standing
 from kai_ray.cluster.kube.planner import CyclePlanner
@@ -60,13 +58,12 @@ from kai_ray.engine.session import Session
 from kai_ray.model.objects import ClusterState
 from kai_ray.server.endpoints import Health
 from kai_ray.server.gc_tuning import freeze_what_lives
+from kai_ray.server.grouping_passes import GroupingPasses
+from kai_ray.server.memory import ShrinkTrimmer
 from kai_ray.server.metrics import EvictedPodGroup, SchedulerMetrics
 from kai_ray.server.usage_source import usage_source
 
 log = logging.getLogger(__name__)
-
-API_FAILURES = (ApiException, urllib3.exceptions.HTTPError, OSError)
-"""What a lost or refusing API server raises; anything else escaping a cycle is a bug."""
 
 DEFAULT_PERIOD_SECONDS = 1.0
 DEFAULT_IDLE_PERIOD_SECONDS = 10.0
@@ -75,6 +72,9 @@ _STOP_CHECK_SECONDS = 0.5
 CACHE_SYNC_TIMEOUT_SECONDS = 60.0
 BIND_PASS_TIMEOUT_SECONDS = 8.0
 """A bind pass never outlasts this, well inside the 15 s lease; what it did not start waits a cycle."""
+STATUS_JOBS_PER_CYCLE = 200
+"""Jobs one cycle writes conditions, pod marks and Events for at most; the rest wait for the next
+cycles, so a burst of jobs turned pending never holds up the binds of the cycles after it."""
 EVENT_FLUSH_SECONDS = 2.0
 DEFAULT_BIND_BACKOFF_LIMIT = 3
 """Attempts the binder makes per BindRequest (1 s, 2 s apart) before the pod is scheduled anew."""
@@ -135,7 +135,8 @@ class CycleOutcome:
     """Seconds spent in each step, in cycle order: cleanup, group, snapshot, report, plan, apply,
     bind, status."""
     waiting: bool = False
-    """Work was left for a later pass whatever the cluster does (a bind retry after its backoff)."""
+    """Work was left for a later pass whatever the cluster does (a bind retry after its backoff,
+    status writes beyond `STATUS_JOBS_PER_CYCLE`)."""
 
     @property
     def settled(self) -> bool:
@@ -192,8 +193,9 @@ class KubeScheduler:
     bind_mode: BindMode = BindMode.BIND_REQUEST
     """KAI's BindRequests for the binder (default), or binding pods directly (fewer writes)."""
     grouper: PodGrouper | None = None
-    """Gives our pods their PodGroups each cycle (the operators' podgrouper); None when another
-    process does (`kai-ray podgrouper`, KAI's own) and the loop only schedules PodGroups it finds."""
+    """Gives our pods their PodGroups (the operators' podgrouper), in passes beside the cycles
+    while the loop runs (`grouping`); None when another process does (`kai-ray podgrouper`, KAI's
+    own) and the loop only schedules PodGroups it finds."""
     usage_namespace: str = "default"
     """Where the recorded queue usage is kept (serve's lease namespace), with time-based fair share."""
 
@@ -202,6 +204,8 @@ class KubeScheduler:
         # Events go out from a background writer (client-go's recorder does the same for KAI):
         # a burst of binds must not wait for the Events that announce them.
         self.events = EventWriter(self.api, component=self.scheduler_name, background=True)
+        if self.metrics is not None:
+            self.metrics.count_dropped_events(lambda: self.events.dropped)
         self.reporter = ProblemReporter(self.api, self.cache, self.events)
         self.status = StatusWriter(
             self.api, scheduler_name=self.scheduler_name, recorder=self.events, concurrency=self.concurrency
@@ -215,11 +219,24 @@ class KubeScheduler:
             requests=functools.partial(self.cache.objects, "BindRequest"),
         )
         self.planner = CyclePlanner(self.config, self.executor, self.scheduler_name)
+        self.grouping = (
+            None
+            if self.grouper is None
+            else GroupingPasses(
+                self.grouper,
+                self.cache,
+                self.events,
+                observe=None if self.metrics is None else self.metrics.grouping.observe,
+            )
+        )
+        """The grouper's passes: on their own thread while `cycle_until` runs, else one per cycle."""
         self.usage = usage_source(self.config, self.api, self.usage_namespace, self.scheduler_name)
         """Queue usage for time-based fair share (None: off), fed by every cycle this replica runs."""
         """Reads the cache and decides; remembers the cache's objects between cycles."""
         self.known = KnownObjects(NODE_POOL_LABEL)
         """Pod uids, PodGroups' stored status and queue names, from the cache's changes."""
+        self.memory = ShrinkTrimmer()
+        """Gives memory back once the cache shrank a lot (a burst deleted)."""
         self._stop: threading.Event | None = None
         self._elector: LeaderElector | None = None
         self._cycle_listeners: list[CycleListener] = []
@@ -255,7 +272,10 @@ class KubeScheduler:
         freeze_what_lives()
 
     def stop(self) -> None:
-        """Stop the cache and send the Events still queued (waiting at most a few seconds)."""
+        """Stop grouping and the cache, and send the Events still queued (waiting at most a few
+        seconds)."""
+        if self.grouping is not None:
+            self.grouping.stop()
         self.cache.stop()
         if not self.events.close(EVENT_FLUSH_SECONDS):
             log.warning("stopped with Events still unsent")
@@ -264,20 +284,20 @@ class KubeScheduler:
         """One full cycle. Never raises on bad cluster objects: they are reported and skipped.
 
         No automatic collection until the plan is applied and published (`kai_ray.collector`):
-        the binds go out first, the cycle's garbage is collected while the loop waits."""
+        the binds go out first, the cycle's garbage is collected while the loop waits, and memory
+        is given back after a cycle that finds the cache much smaller (`ShrinkTrimmer`)."""
         with collection_paused():
-            return self._run_cycle()
+            outcome = self._run_cycle()
+        self.memory.after_cycle(sum(self.cache.sizes().values()))
+        return outcome
 
     def _run_cycle(self) -> CycleOutcome:
         started = time.perf_counter()
         phases = _PhaseClock(started)
         cleaned = delete_stale_bind_requests(self.api, self.cache, concurrency=self.concurrency)
         phases.lap("cleanup")
-        if self.grouper is not None:
-            grouped = self.grouper.group(self.cache, self.events)
-            log_grouping(grouped)
-            if self.metrics is not None:
-                self.metrics.grouping.observe(grouped)
+        if self.grouping is not None and not self.grouping.running:
+            self.grouping.run_pass()  # a cycle run on its own (tests, benchmarks) groups first
         phases.lap("group")
         state, problems = self.planner.read(self.cache, time.time())
         phases.lap("snapshot")
@@ -313,7 +333,7 @@ class KubeScheduler:
         phases.lap("bind")
         blocked = _blocked_reasons(applied.blocked)
         # From the cache, not a GET per PodGroup: the plan names every job, running ones too.
-        written = self.status.write_podgroup_status(plan, refs, blocked)
+        written = self.status.write_podgroup_status(plan, refs, blocked, STATUS_JOBS_PER_CYCLE)
         queues = self.status.write_queue_status(queue_usage_from_book(session.queues))
         phases.lap("status")
         self._forget_what_is_gone(known)
@@ -322,7 +342,7 @@ class KubeScheduler:
         if self.metrics is not None:
             self._observe(session, plan, applied, bound, refs, known.display_names, phases.laps, seconds)
         self._publish(state, session, plan, problems)
-        waiting = self.binder.retries_waiting()
+        waiting = self.binder.retries_waiting() or written.left > 0
         return CycleOutcome(plan, cleaned, applied, bound, seconds, reported, phases.laps, waiting)
 
     def _bound_directly(
@@ -409,16 +429,24 @@ class KubeScheduler:
     ) -> RunOutcome:
         """The loop of `run` on a started cache: cycles paced by `pacing` until `stop` is set or
         (with an elector) leadership is lost.  While the lease is not renewed no cycle runs (it
-        could write nothing); the next one after a renewal plans from the cache as it is then."""
-        while not stop.is_set():
-            if elector is not None and not elector.leadership.is_leader():
-                standing = self._wait_to_lead(elector, stop)
-                if standing is not Standing.LEADING:
-                    return RunOutcome.LOST_LEADERSHIP if standing is Standing.LOST else RunOutcome.STOPPED
-            seen = self.cache.generation
-            outcome = self._guarded_cycle()
-            pacing.wait(self.cache, seen, outcome is not None and outcome.settled, stop)
-        return RunOutcome.STOPPED
+        could write nothing); the next one after a renewal plans from the cache as it is then.
+        The grouper's passes run on their own thread meanwhile, under the same rule: a cycle never
+        waits for grouping, it schedules what is grouped by then."""
+        if self.grouping is not None:
+            self.grouping.start(None if elector is None else elector.leadership.is_leader)
+        try:
+            while not stop.is_set():
+                if elector is not None and not elector.leadership.is_leader():
+                    standing = self._wait_to_lead(elector, stop)
+                    if standing is not Standing.LEADING:
+                        return RunOutcome.LOST_LEADERSHIP if standing is Standing.LOST else RunOutcome.STOPPED
+                seen = self.cache.generation
+                outcome = self._guarded_cycle()
+                pacing.wait(self.cache, seen, outcome is not None and outcome.settled, stop)
+            return RunOutcome.STOPPED
+        finally:
+            if self.grouping is not None:
+                self.grouping.stop()
 
     def _wait_to_lead(self, elector: LeaderElector, stop: threading.Event) -> Standing:
         if self.metrics is not None:
@@ -472,8 +500,6 @@ class KubeScheduler:
         pods, queues = known.pod_uids.keys(), known.queue_names()
         self.events.forget(known)
         self.status.forget(pods, queues)
-        if self.grouper is not None:
-            self.grouper.forget(pods)
         if self.metrics is not None:
             self.metrics.forget_podgroups(known.podgroups.keys())
 

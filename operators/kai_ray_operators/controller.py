@@ -12,18 +12,23 @@ PodGroup, which is created or brought up to date once per pass (§1.6), then
 each pod is linked to it (`pod-group-name`, leaf SubGroup label).  A pod that
 cannot be grouped gets a `PodGrouperWarning` Event and stays ungrouped: it is
 never scheduled under a guessed PodGroup, and every other pod goes on.
+
+A pass plans at most `max_pods` pods and leaves the rest for the next (`GroupingResult.left`):
+the passes run beside the scheduling cycles (`kai_ray.server.grouping_passes`), and a bounded
+pass lets the pods it grouped be scheduled while a burst is still being grouped.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -31,6 +36,7 @@ from kubernetes.client.exceptions import ApiException
 from kai_ray.api.constants import POD_GROUP_NAME_ANNOTATION
 from kai_ray.cluster.kube.cache import RESOURCES, ClusterCache
 from kai_ray.cluster.kube.grouping import PODGROUPER_WARNING, GroupingResult
+from kai_ray.cluster.kube.reduced import reduce_pod
 from kai_ray.cluster.kube.status import MERGE_PATCH, EventWriter, ObjectRef, api_error_message, run_bounded
 from kai_ray_operators.cluster_reader import ClusterReader, ReadTrace
 from kai_ray_operators.config import GroupingConfig
@@ -46,6 +52,10 @@ log = logging.getLogger(__name__)
 _PODGROUP = RESOURCES["PodGroup"]
 
 PodKey = tuple[str, str]
+
+DEFAULT_MAX_PODS: Final = 500
+"""Pods one pass plans at most: about a second of API writes (a PodGroup and a pod patch each) on
+a 2-core dev cluster, so a pod created during a burst waits a pass or two for its PodGroup."""
 
 
 @dataclass
@@ -75,6 +85,7 @@ class PodGroupController:
         *,
         concurrency: int = 16,
         refresh_seconds: float = 30.0,
+        max_pods: int = DEFAULT_MAX_PODS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = api
@@ -83,11 +94,14 @@ class PodGroupController:
         self._core = client.CoreV1Api(api)
         self._concurrency = concurrency
         self._refresh = refresh_seconds
+        self._max_pods = max_pods
         self._clock = clock
         self._reader: ClusterReader | None = None
         self._plans: dict[PodKey, _PlanRecord] = {}
         self._unlinked: set[PodKey] = set()
         """Pods seen without a PodGroup: planned again every pass until one is linked."""
+        self._deferred: set[PodKey] = set()
+        """Pods the last pass left for the next (it plans at most `max_pods`)."""
         self._generation: int | None = None
         """The cache generation the last pass read its changes up to."""
         self._lock = threading.Lock()
@@ -96,9 +110,10 @@ class PodGroupController:
     def group(self, cache: ClusterCache, events: EventWriter) -> GroupingResult:
         reader = self._reader_for(cache)
         reader.prune()
-        result = GroupingResult()
+        candidates, left = self._candidates(cache)
+        result = GroupingResult(left=left)
         planned: list[_Planned] = []
-        for pod in self._candidates(cache):
+        for pod in candidates:
             try:
                 with reader.tracing() as trace:
                     plan = plan_pod(reader, self._config, pod)
@@ -136,6 +151,7 @@ class PodGroupController:
             for key in [k for k in self._plans if k not in pods]:
                 del self._plans[key]
             self._unlinked = {key for key in self._unlinked if key in pods}
+            self._deferred = {key for key in self._deferred if key in pods}
 
     def tracked(self) -> dict[str, int]:
         with self._lock:
@@ -146,22 +162,34 @@ class PodGroupController:
         }
 
     # ---------------------------------------------------------------- planning
-    def _candidates(self, cache: ClusterCache) -> list[KubeObject]:
-        """The pods this pass plans, in key order: those still without a PodGroup, those whose
-        plan inputs changed since their last plan, and those whose plan is due for a refresh.
+    def _candidates(self, cache: ClusterCache) -> tuple[list[KubeObject], int]:
+        """The pods this pass plans, at most `max_pods`, and how many due ones it leaves for the
+        next: those still without a PodGroup, those whose plan inputs changed since their last
+        plan, those whose plan is due for a refresh, and those the last pass left.
 
         Why not every cached pod: parsing each one every cycle to find the few that need work
-        cost more than the cycle at tens of thousands of pods (issue 12).
+        cost more than the cycle at tens of thousands of pods (issue 12).  Why this order: pods
+        never planned come first, then the others, and within each the namespaces take turns
+        (each in name order), so a burst of 20,000 pods in one namespace does not keep a pod
+        created after it in another waiting for every pass of the burst, and pods whose plan
+        keeps failing never crowd out new ones (issue 35).
         """
         changes = cache.changes(self._generation, ["Pod"])
         self._generation = changes.generation
         now = self._clock()
         changed = {key for key, item in changes.changed.get("Pod", {}).items() if item is not None}
         with self._lock:
+            changed |= self._deferred
             due = set(self._unlinked)
             due |= {k for k, r in self._plans.items() if r.refresh_at is not None and r.refresh_at <= now}
+            fresh = {key for key in due | changed if key not in self._plans}
+        order = [*_in_turns(fresh), *_in_turns((due | changed) - fresh)]
         pods: list[KubeObject] = []
-        for key in sorted(due | changed):
+        for position, key in enumerate(order):
+            if len(pods) == self._max_pods:
+                with self._lock:
+                    self._deferred = set(order[position:])
+                return pods, len(order) - position
             pod = cache.get("Pod", *key)
             with self._lock:
                 if pod is None or POD_GROUP_NAME_ANNOTATION in annotations_of(pod):
@@ -175,7 +203,9 @@ class PodGroupController:
             if key not in due and record is not None and record.inputs == _plan_inputs(pod):
                 continue  # its status or node moved, which no plan reads
             pods.append(pod)
-        return pods
+        with self._lock:
+            self._deferred = set()
+        return pods, 0
 
     def _reader_for(self, cache: ClusterCache) -> ClusterReader:
         if self._reader is None:
@@ -298,9 +328,10 @@ class PodGroupController:
         linked = cast(dict[str, Any], json.loads(response.data))
         cache.observe("Pod", linked)
         with self._lock:
+            self._unlinked.discard((namespace, name))
             record = self._plans.get((namespace, name))
             if record is not None:  # the link is this plan's own doing, not a change to re-plan for
-                record.inputs = _plan_inputs(linked)
+                record.inputs = _plan_inputs(reduce_pod(linked))  # the pod as the cache keeps it
         result.annotated.append(f"{namespace}/{name}")
 
 
@@ -311,6 +342,14 @@ def _plan_inputs(pod: KubeObject) -> int:
     spec = {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}
     read = [meta.get("labels"), meta.get("annotations"), meta.get("ownerReferences"), spec]
     return hash(json.dumps(read, sort_keys=True, separators=(",", ":")))
+
+
+def _in_turns(keys: Collection[PodKey]) -> list[PodKey]:
+    """`keys` with the namespaces taking turns, each namespace's pods in name order."""
+    by_namespace: dict[str, list[PodKey]] = {}
+    for key in sorted(keys):
+        by_namespace.setdefault(key[0], []).append(key)
+    return [key for turn in itertools.zip_longest(*by_namespace.values()) for key in turn if key is not None]
 
 
 def _pod_key(pod: KubeObject) -> tuple[str, str]:

@@ -256,12 +256,12 @@ def test_a_linked_bare_pod_is_planned_again_only_when_what_a_plan_reads_of_it_ch
     with cache_of(kube_api, ns.name) as cache:
         see_pods(cache, 1)
         assert grouper.group(cache, events).annotated == [f"{ns.name}/solo"]
-        now[0] = 31.0  # its first plan read its PriorityClass and PodGroup: refreshed once...
+        now[0] = 31.0  # its plan read nothing but the pod, and its link is the plan's own doing
         grouper.group(cache, events)
-        assert planned == ["solo", "solo"]
-        now[0] = 1000.0  # ...and that plan read nothing but the pod (it names its PodGroup now)
+        assert planned == ["solo"]
+        now[0] = 1000.0
         grouper.group(cache, events)
-        assert planned == ["solo", "solo"]
+        assert planned == ["solo"]
 
         ns.core.patch_namespaced_pod_status("solo", ns.name, {"status": {"phase": "Running"}})
         assert cache.wait_until(
@@ -269,12 +269,12 @@ def test_a_linked_bare_pod_is_planned_again_only_when_what_a_plan_reads_of_it_ch
             TIMEOUT,
         )
         grouper.group(cache, events)
-        assert planned == ["solo", "solo"]  # status is no input of a plan
+        assert planned == ["solo"]  # status is no input of a plan
 
         ns.core.patch_namespaced_pod("solo", ns.name, {"metadata": {"labels": {"team": "a"}}})
         assert cache.wait_until(lambda: "team" in str(cache.get("Pod", ns.name, "solo")), TIMEOUT)
         grouper.group(cache, events)
-        assert planned == ["solo", "solo", "solo"]  # labels are
+        assert planned == ["solo", "solo"]  # labels are
 
 
 def test_queue_and_priority_fallbacks(kube_api: Any, ns: Namespace) -> None:
@@ -408,3 +408,43 @@ def test_an_owner_it_may_not_read_is_said_and_the_pod_is_grouped_below_it(
     finally:
         rbac.delete_cluster_role_binding(role)
         rbac.delete_cluster_role(role)
+
+
+def test_a_pass_takes_at_most_max_pods_and_leaves_the_rest_for_the_next(kube_api: Any, ns: Namespace) -> None:
+    """Issue 35: a burst is grouped over bounded passes, so its first pods reach the cycles early."""
+    for index in range(5):
+        ns.pod(f"p{index}")
+    grouper = PodGroupController(kube_api, max_pods=2)
+    events = EventWriter(kube_api)
+    with cache_of(kube_api, ns.name) as cache:
+        see_pods(cache, 5)
+        passes = [grouper.group(cache, events) for _ in range(4)]
+    assert [sorted(p.annotated) for p in passes] == [
+        [f"{ns.name}/p0", f"{ns.name}/p1"],
+        [f"{ns.name}/p2", f"{ns.name}/p3"],
+        [f"{ns.name}/p4"],
+        [],
+    ]
+    assert [p.left > 0 for p in passes] == [True, True, False, False]
+    assert len(ns.podgroups()) == 5
+
+
+def test_pods_never_planned_go_before_a_pod_whose_plan_keeps_failing(kube_api: Any, ns: Namespace) -> None:
+    ns.pod("a-orphan", owners=[owner("batch/v1", "Job", "no-such-job", "0000-gone")])
+    grouper = PodGroupController(kube_api, max_pods=1)
+    events = EventWriter(kube_api)
+    with cache_of(kube_api, ns.name) as cache:
+        see_pods(cache, 1)
+        assert [pod for pod, _ in grouper.group(cache, events).failed] == [f"{ns.name}/a-orphan"]
+        ns.pod("b-new")
+        see_pods(cache, 2)
+        first = grouper.group(cache, events)
+        assert (first.annotated, first.failed, first.left) == ([f"{ns.name}/b-new"], [], 1)
+        again = grouper.group(cache, events)  # then the failing one is tried again
+        assert [pod for pod, _ in again.failed] == [f"{ns.name}/a-orphan"]
+
+
+def test_namespaces_take_turns_so_a_burst_in_one_does_not_hold_up_another() -> None:
+    burst = [("burst", f"p{index:05d}") for index in range(1000)]
+    order = controller_module._in_turns([*burst, ("team-b", "late"), ("team-c", "later")])
+    assert order[:4] == [("burst", "p00000"), ("team-b", "late"), ("team-c", "later"), ("burst", "p00001")]

@@ -57,7 +57,7 @@ from kai_ray.api.constants import (
     STORAGE_API_VERSION,
     TOPOLOGY_API_VERSION,
 )
-from kai_ray.cluster.kube.reduced import REDUCED_KINDS, reduce, same_but_version
+from kai_ray.cluster.kube.reduced import REDUCED_KINDS, reduce, reduce_pod, same_but_version
 from kai_ray.convert import occupancy_only
 
 __all__ = [
@@ -408,6 +408,11 @@ class ClusterCache:
                 changed[kind] = found
             return CacheChanges(self._generation, False, changed)
 
+    def keys(self, kind: str) -> set[ObjectKey]:
+        """The (namespace, name) of every cached object of `kind`, without reading any of them."""
+        with self._cond:
+            return set(self._stores.get(kind, {}))
+
     def sizes(self) -> dict[str, int]:
         """Objects held per kind (the cache's memory follows the cluster, never its history)."""
         with self._cond:
@@ -747,6 +752,8 @@ def _normalise(obj: dict[str, Any], resource: Resource) -> dict[str, Any]:
         return occupancy_only(obj)
     if resource.kind in REDUCED_KINDS:
         return reduce(obj)
+    if resource.key == "Pod":
+        return reduce_pod(obj)
     meta = obj.get("metadata")
     if isinstance(meta, dict) and "managedFields" in meta:
         obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}

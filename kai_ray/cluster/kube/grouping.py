@@ -1,8 +1,9 @@
-"""The seam between the scheduling loop and the podgrouper: what a grouper must do each cycle.
+"""The seam between the scheduling loop and the podgrouper: what a grouper must do in each pass.
 
 KAI's podgrouper (owner chains, one plugin per workload kind) lives in
 `operators/` (`kai_ray_operators`), which the core never imports: the CLI
-builds a grouper and hands it to the loop, which only knows this protocol.
+builds a grouper and hands it to the loop, which only knows this protocol and runs its passes
+beside the cycles (`kai_ray.server.grouping_passes`).
 A loop without a grouper schedules PodGroups made by someone else (KAI's own
 podgrouper, or users) and leaves ungrouped pods waiting.
 """
@@ -40,13 +41,17 @@ class GroupingResult:
     noticed: list[tuple[str, str]] = field(default_factory=list)
     """Pods grouped all the same, with what their owner should know (an unreadable owner, a queue
     label overridden); a `PodGrouperWarning` Event says it on the pod."""
+    left: int = 0
+    """Pods due that this pass left for the next, at most (a pass takes a bounded number; some
+    of those left may turn out to need nothing)."""
 
 
 class PodGrouper(Protocol):
-    """Gives pods of this scheduler their PodGroup before the cycle takes its snapshot."""
+    """Gives pods of this scheduler their PodGroup, in passes beside the scheduling cycles."""
 
     def group(self, cache: ClusterCache, events: EventWriter) -> GroupingResult:
-        """One pass over the cached pods; never raises for API errors or bad workloads."""
+        """One pass over the cached pods, taking a bounded number of them (the rest are `left`
+        for the next pass); never raises for bad workloads."""
         ...
 
     def forget(self, pods: Collection[tuple[str, str]]) -> None:

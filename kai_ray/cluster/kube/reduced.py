@@ -1,6 +1,6 @@
 """What the cluster cache keeps of the kinds it follows only for a few fields: the objects pods'
 volumes and environment name (PersistentVolumeClaims, PersistentVolumes, StorageClasses,
-ConfigMaps).
+ConfigMaps), and the scheduler's own pods.
 
 Why: a cluster holds many ConfigMaps, some of them large (dashboards, scripts, whole config
 files), and a pod's conversion asks only whether one exists (`convert.volumes`).  Keeping their
@@ -12,21 +12,34 @@ sees these reduced objects exactly as a manifest carrying only those fields.
 A change to a reduced object outside those fields leaves its reduced form as it was: the cache
 takes the new resourceVersion without counting it as a change (`same_but_version`), so a
 ConfigMap rewritten every few seconds by some controller does not wake the scheduling loop.
+
+Of the scheduler's own pods (`reduce_pod`) the metadata is kept whole (the podgrouper reads any
+label, annotation or owner; the binder the resourceVersion), the rest only as far as the pod
+models declare fields (`kai_ray.api.core.Pod`): a container's image, command, arguments, probes
+and mounts, an environment variable's value, the defaults the API server fills in, most of the
+status are read by no one.  A burst of 20,000 pending pods held them three times over (the
+cached text, the parsed object, the model's extras); the models read no extra, and the
+podgrouper reads no more of a pod's spec than its priority class and node.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import typing
 from collections.abc import Mapping
 from typing import Any, Final
+
+from pydantic import BaseModel
 
 from kai_ray.api.constants import (
     BETA_STORAGE_CLASS_ANNOTATION,
     DEFAULT_STORAGE_CLASS_ANNOTATIONS,
     SELECTED_NODE_ANNOTATION,
 )
+from kai_ray.api.core import Pod
 
-__all__ = ["REDUCED_KINDS", "reduce", "same_but_version"]
+__all__ = ["REDUCED_KINDS", "reduce", "reduce_pod", "same_but_version"]
 
 _META: Final = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
 
@@ -65,6 +78,46 @@ def reduce(obj: Mapping[str, Any]) -> dict[str, Any]:
         else:
             reduced.update(kept)
     return reduced
+
+
+def reduce_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod without what nobody reads: its metadata whole but `managedFields`, the rest cut to
+    the fields the pod models declare."""
+    reduced: dict[str, Any] = _declared(pod, Pod)
+    meta = pod.get("metadata")
+    if isinstance(meta, Mapping):
+        reduced["metadata"] = {key: value for key, value in meta.items() if key != "managedFields"}
+    return reduced
+
+
+def _declared(value: Any, model: type[BaseModel]) -> Any:
+    """`value` (an object or a list of them, wire form) cut to what `model` declares, recursively;
+    anything else is kept as is, for the models to judge."""
+    if isinstance(value, list):
+        return [_declared(item, model) for item in value]
+    if not isinstance(value, Mapping):
+        return value
+    return {
+        key: value[key] if nested is None else _declared(value[key], nested)
+        for key, nested in _fields(model).items()
+        if key in value
+    }
+
+
+@functools.cache
+def _fields(model: type[BaseModel]) -> dict[str, type[BaseModel] | None]:
+    """`model`'s wire names, each with the model its values are (None: kept whole)."""
+    return {field.alias or name: _model_in(field.annotation) for name, field in model.model_fields.items()}
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds, alone, optional or in a list; None for anything else (maps are
+    kept whole)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (dict, Mapping):
+        return None
+    return next((found for arg in typing.get_args(annotation) if (found := _model_in(arg))), None)
 
 
 def same_but_version(left: str, right: str) -> bool:

@@ -389,9 +389,20 @@ class EventWriter:
                 self.dropped += 1
                 if self._last.get(key) == value:
                     del self._last[key]
-            log.warning("event queue full; dropped %s Event %s on %s", event_type, reason, ref)
+            log.warning(
+                "event queue full; dropped %s Event %s on %s (%d dropped so far)",
+                event_type,
+                reason,
+                ref,
+                self.dropped,
+            )
             return False
         return True
+
+    def is_duplicate(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> bool:
+        """Whether `record(..., dedupe=True)` would suppress this Event as the last one sent."""
+        with self._lock:
+            return self._last.get((ref.kind, ref.namespace, ref.name)) == (event_type, reason, message)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued Event was written (or failed); False if `timeout` passed first."""
@@ -532,6 +543,8 @@ class StatusResult(Tally):
     events: int = 0
     pods_marked: int = 0
     queues_written: list[str] = field(default_factory=list)
+    left: int = 0
+    """Jobs with something to write left for the next call (beyond its `max_jobs`)."""
 
 
 def _condition_equal(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
@@ -647,8 +660,10 @@ class StatusWriter:
         plan: Plan,
         podgroups: Mapping[str, PodGroupRef] | None = None,
         blocked: Mapping[str, PendingReason] | None = None,
+        max_jobs: int | None = None,
     ) -> StatusResult:
-        """Explain pending jobs and clear the explanation of placed ones.
+        """Explain pending jobs and clear the explanation of placed ones, for at most `max_jobs`
+        jobs with something to write (in key order; the rest are `left` for the next call).
 
         ``podgroups`` maps job key (``"ns/name"``) to what the cache knows about that
         PodGroup; keys missing from it are skipped (the PodGroup does not exist).  Without it
@@ -656,6 +671,11 @@ class StatusWriter:
         ``blocked`` explains jobs whose placement could not be carried out (an eviction they
         needed was refused): they get that reason and its condition even though the plan
         placed them, since nothing will run until the budget allows it.
+
+        Why a bound: a burst makes thousands of jobs pending at once, each wanting its condition
+        and its pods' marks written (two patches per one-pod job); written in one cycle, they held
+        up the binds of the cycles after it for minutes.  A job already explained as the plan
+        explains it is left out before any call, so a cycle's calls are the jobs that changed.
         """
         result = StatusResult()
         blocked = blocked or {}
@@ -665,14 +685,40 @@ class StatusWriter:
         calls = []
         for key, statuses in sorted(jobs.items()):
             reason = blocked.get(key) or plan.pending_reasons.get(key)
-            if _may_need_writing(key, reason, podgroups):
-                forced = key in blocked
+            forced = key in blocked
+            if _may_need_writing(key, reason, podgroups) and not self._written(
+                podgroups, key, reason, statuses, forced
+            ):
                 write = functools.partial(
                     self._write_job, key, statuses, reason, podgroups, result, forced=forced
                 )
                 calls.append(write)
+        if max_jobs is not None and len(calls) > max_jobs:
+            result.left = len(calls) - max_jobs
+            del calls[max_jobs:]
         run_bounded(calls, self.concurrency)
         return result
+
+    def _written(
+        self,
+        podgroups: Mapping[str, PodGroupRef] | None,
+        key: str,
+        reason: PendingReason | None,
+        statuses: dict[str, TaskStatus],
+        forced: bool,
+    ) -> bool:
+        """Whether the pending job `key` is explained as `reason` says already: its Event sent,
+        its condition stored, its pending pods marked (`_explain` would write nothing)."""
+        ref = None if podgroups is None else podgroups.get(key)
+        if ref is None or reason is None:
+            return False
+        event = ObjectRef.podgroup(ref.namespace, ref.name, ref.uid)
+        if not self.recorder.is_duplicate(event, "Normal", REASON_UNSCHEDULABLE, reason.message):
+            return False
+        if self._condition_update(ref, reason, statuses, forced) is not None:
+            return False
+        pending = [pod for pod, status in statuses.items() if status == TaskStatus.PENDING]
+        return not self.mark_pods or all(self._pod_marked(ref, pod, reason.message) for pod in pending)
 
     def _write_job(
         self,
@@ -721,8 +767,6 @@ class StatusWriter:
         forced: bool = False,
     ) -> None:
         key = f"{ref.namespace}/{ref.name}"
-        # KAI records the Event on every pending job but leaves the condition alone while any
-        # of its pods holds resources (an elastic job that got part of what it asked for).
         if self.recorder.record(
             ObjectRef.podgroup(ref.namespace, ref.name, ref.uid),
             "Normal",
@@ -731,21 +775,38 @@ class StatusWriter:
             dedupe=True,
         ):
             result.add("events", 1)
-        if forced or not any(s in ACTIVE_ALLOCATED for s in statuses.values()):
-            conditions = desired_conditions(ref.scheduling_conditions, ref.node_pool, [reason], self.clock())
-            if conditions is not None:
-                self.custom.patch_status(
-                    PODGROUPS,
-                    PODGROUP_VERSION,
-                    ref.namespace,
-                    ref.name,
-                    {"status": {"schedulingConditions": conditions}},
-                )
-                result.add("conditions_set", key)
+        conditions = self._condition_update(ref, reason, statuses, forced)
+        if conditions is not None:
+            self.custom.patch_status(
+                PODGROUPS,
+                PODGROUP_VERSION,
+                ref.namespace,
+                ref.name,
+                {"status": {"schedulingConditions": conditions}},
+            )
+            result.add("conditions_set", key)
         if self.mark_pods:
             for pod, status in sorted(statuses.items()):
                 if status == TaskStatus.PENDING:
                     self._mark_pod(ref, pod, reason.message, result)
+
+    def _condition_update(
+        self, ref: PodGroupRef, reason: PendingReason, statuses: dict[str, TaskStatus], forced: bool
+    ) -> list[dict[str, Any]] | None:
+        """The PodGroup's new conditions for `reason`, or None when they stay as stored."""
+        # KAI records the Event on every pending job but leaves the condition alone while any
+        # of its pods holds resources (an elastic job that got part of what it asked for).
+        if not forced and any(s in ACTIVE_ALLOCATED for s in statuses.values()):
+            return None
+        return desired_conditions(ref.scheduling_conditions, ref.node_pool, [reason], self.clock())
+
+    def _pod_marked(self, ref: PodGroupRef, pod: str, message: str) -> bool:
+        """Whether the pending pod's Event and (if the PodGroup asks for it) condition say `message`."""
+        pod_ref = ObjectRef.pod(ref.namespace, pod, ref.pod_uids.get(pod, ""))
+        if not self.recorder.is_duplicate(pod_ref, "Warning", REASON_UNSCHEDULABLE, message):
+            return False
+        with self._lock:
+            return not ref.mark_unschedulable or self._pod_conditions.get((ref.namespace, pod)) == message
 
     def _mark_pod(self, ref: PodGroupRef, pod: str, message: str, result: StatusResult) -> None:
         pod_ref = ObjectRef.pod(ref.namespace, pod, ref.pod_uids.get(pod, ""))

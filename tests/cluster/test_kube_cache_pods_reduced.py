@@ -1,0 +1,102 @@
+"""The cache keeps of the scheduler's pods their metadata and what the pod models declare; the
+rest (images, commands, environment values, the API server's defaults, most of the status) no
+one reads, and a burst of pods held it three times over (issue 35)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from manifest_builders import node, pod, podgroup, queue
+
+from kai_ray.api.manifests import ManifestCollector, validate_object
+from kai_ray.cluster.kube.cache import ClusterCache
+from kai_ray.cluster.kube.snapshot import snapshot
+from kai_ray.convert import cluster_from_manifest_set
+
+pytestmark = pytest.mark.unit
+
+
+def as_the_api_server_sends(obj: dict[str, Any], version: str) -> dict[str, Any]:
+    """`obj` with what the API server adds to a pod and nothing reads."""
+    served = json.loads(json.dumps(obj))
+    served["metadata"] |= {"resourceVersion": version, "uid": f"uid-{version}", "generation": 1}
+    served["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    spec = served["spec"]
+    spec |= {"restartPolicy": "Always", "dnsPolicy": "ClusterFirst", "securityContext": {}, "priority": 0}
+    for container in spec["containers"]:
+        container |= {
+            "image": "registry.example/trainer:1.0",
+            "command": ["python", "train.py"],
+            "args": ["--epochs", "90"],
+            "env": [
+                {"name": "CONFIG", "value": "x" * 10_000},
+                {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
+            ],
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            "terminationMessagePath": "/dev/termination-log",
+        }
+    spec["volumes"] = [{"name": "data", "emptyDir": {}}]
+    served["status"] = {"phase": "Pending", "qosClass": "Burstable", "conditions": [{"type": "PodScheduled"}]}
+    return served
+
+
+def stored(cache: ClusterCache, name: str) -> dict[str, Any]:
+    found = cache.get("Pod", "team-a", name)
+    assert found is not None
+    return found
+
+
+def test_a_pod_keeps_its_metadata_and_the_fields_the_models_declare() -> None:
+    cache = ClusterCache(None)
+    served = as_the_api_server_sends(pod("trainer", gpus=2, group="pg", nodeSelector={"zone": "a"}), "7")
+    cache.apply_event("ADDED", "Pod", served)
+    kept = stored(cache, "trainer")
+    assert kept["metadata"] == {k: v for k, v in served["metadata"].items() if k != "managedFields"}
+    assert kept["spec"] == {
+        "schedulerName": "kai-scheduler",
+        "containers": [
+            {
+                "name": "main",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "2"}},
+                "env": [
+                    {"name": "CONFIG"},
+                    {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings"}}},
+                ],
+            }
+        ],
+        "nodeSelector": {"zone": "a"},
+        "volumes": [{"name": "data"}],
+    }
+    assert kept["status"] == {"phase": "Pending", "conditions": [{"type": "PodScheduled"}]}
+    assert len(json.dumps(kept)) < len(json.dumps(served)) / 10
+
+
+def test_a_reduced_pod_converts_as_the_whole_pod_does() -> None:
+    """What the scheduler makes of the cache is what it makes of the same objects as manifests."""
+    cache = ClusterCache(None)
+    objects = [
+        queue("team-a", gpu=8),
+        node("n1", gpus=8),
+        podgroup("pg", minMember=2),
+        *(as_the_api_server_sends(pod(f"w{i}", gpus=1, group="pg"), str(10 + i)) for i in range(2)),
+    ]
+    for obj in objects:  # stamped, so that neither side orders them by where they were read
+        obj["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    for index, obj in enumerate(objects):
+        served = (
+            obj
+            if obj["kind"] == "Pod"
+            else {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(index)}}
+        )
+        cache.apply_event("ADDED", obj["kind"], served)
+    from_cache, problems = snapshot(cache, now=0.0)
+    collector = ManifestCollector()
+    for obj in objects:
+        model, _ = validate_object(obj, "test.yaml")
+        assert model is not None
+        collector.add(model, "test.yaml")
+    from_manifests, _ = cluster_from_manifest_set(collector.result, now=0.0)
+    assert problems == []
+    assert from_cache.jobs == from_manifests.jobs and from_cache.nodes == from_manifests.nodes
