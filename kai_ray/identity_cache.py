@@ -22,11 +22,17 @@ class IdentityCache(Generic[_Obj, _Value]):
     keyed by identity (models are not hashable) and dropped by a weak reference when the object
     dies, so an id reused by a newer object never sees a stale entry.  Exceptions are not
     remembered: the call raises again next time.  Safe across threads (single dict operations).
+
+    Each entry's weak reference carries its key (`weakref.KeyedRef`) and all share one callback:
+    a closure per entry was most of an entry's memory, and a scheduler holds several entries per
+    pod (five per pending pod in a burst of 20,000, issue 35).
     """
 
     def __init__(self, compute: Callable[[_Obj], _Value]) -> None:
         self._compute = compute
-        self._entries: dict[int, tuple[weakref.ref[_Obj], _Value]] = {}
+        self._entries: dict[int, tuple[weakref.KeyedRef[int, _Obj], _Value]] = {}
+        self._on_death = self._forget
+        """The one callback of every entry's reference (a bound method made once, not per entry)."""
 
     def __call__(self, obj: _Obj) -> _Value:
         key = id(obj)
@@ -34,7 +40,7 @@ class IdentityCache(Generic[_Obj, _Value]):
         if entry is not None and entry[0]() is obj:
             return entry[1]
         value = self._compute(obj)
-        self._entries[key] = (weakref.ref(obj, self._forget(key)), value)
+        self._entries[key] = (weakref.KeyedRef(obj, self._on_death, key), value)
         return value
 
     of = __call__
@@ -48,15 +54,12 @@ class IdentityCache(Generic[_Obj, _Value]):
         entry = self._entries.get(id(source))
         if entry is not None and entry[0]() is source:
             key = id(target)
-            self._entries[key] = (weakref.ref(target, self._forget(key)), entry[1])
+            self._entries[key] = (weakref.KeyedRef(target, self._on_death, key), entry[1])
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def _forget(self, key: int) -> Callable[[weakref.ref[_Obj]], None]:
-        def forget(ref: weakref.ref[_Obj]) -> None:
-            entry = self._entries.get(key)
-            if entry is not None and entry[0] is ref:
-                self._entries.pop(key, None)
-
-        return forget
+    def _forget(self, ref: weakref.KeyedRef[int, _Obj]) -> None:
+        entry = self._entries.get(ref.key)
+        if entry is not None and entry[0] is ref:
+            self._entries.pop(ref.key, None)

@@ -150,8 +150,11 @@ class PodSpec(KubeModel):
 
 
 class PodStatus(KubeModel):
+    """Only the phase: no part of the scheduler reads a pod's conditions, and leaving them out
+    keeps a condition written on a pending pod (ours, `PodScheduled=False`) from being a change
+    to the scheduler's cache (`kai_ray.cluster.kube.reduced`)."""
+
     phase: str = "Pending"
-    conditions: list[Condition] = Field(default_factory=list)
 
 
 class Pod(KubeModel):

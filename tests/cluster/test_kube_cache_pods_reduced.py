@@ -12,7 +12,7 @@ from manifest_builders import node, pod, podgroup, queue
 
 from kai_ray.api.manifests import ManifestCollector, validate_object
 from kai_ray.cluster.kube.cache import ClusterCache
-from kai_ray.cluster.kube.snapshot import snapshot
+from kai_ray.cluster.kube.snapshot import CacheReader, snapshot
 from kai_ray.convert import cluster_from_manifest_set
 
 pytestmark = pytest.mark.unit
@@ -69,8 +69,27 @@ def test_a_pod_keeps_its_metadata_and_the_fields_the_models_declare() -> None:
         "nodeSelector": {"zone": "a"},
         "volumes": [{"name": "data"}],
     }
-    assert kept["status"] == {"phase": "Pending", "conditions": [{"type": "PodScheduled"}]}
+    assert kept["status"] == {"phase": "Pending"}
     assert len(json.dumps(kept)) < len(json.dumps(served)) / 10
+
+
+def test_new_conditions_on_a_pod_are_no_change_its_phase_is() -> None:
+    cache = ClusterCache(None)
+    served = as_the_api_server_sends(pod("trainer", gpus=1), "7")
+    cache.apply_event("ADDED", "Pod", served)
+    generation = cache.generation
+    marked = {**served, "metadata": {**served["metadata"], "resourceVersion": "8"}}
+    marked["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+    assert not cache.apply_event("MODIFIED", "Pod", marked)  # the scheduler's own mark
+    assert cache.generation == generation
+    assert stored(cache, "trainer")["metadata"]["resourceVersion"] == "8"  # the binder binds this one
+    running = {
+        **marked,
+        "metadata": {**marked["metadata"], "resourceVersion": "9"},
+        "status": {"phase": "Running"},
+    }
+    assert cache.apply_event("MODIFIED", "Pod", running)
+    assert cache.generation > generation
 
 
 def test_a_reduced_pod_converts_as_the_whole_pod_does() -> None:
@@ -100,3 +119,28 @@ def test_a_reduced_pod_converts_as_the_whole_pod_does() -> None:
     from_manifests, _ = cluster_from_manifest_set(collector.result, now=0.0)
     assert problems == []
     assert from_cache.jobs == from_manifests.jobs and from_cache.nodes == from_manifests.nodes
+
+
+def test_a_podgroup_whose_status_alone_changed_is_neither_validated_nor_converted_again() -> None:
+    cache = ClusterCache(None)
+    group = podgroup("pg", minMember=1)
+    for index, obj in enumerate(
+        [queue("team-a", gpu=8), node("n1", gpus=8), group, pod("w", gpus=1, group="pg")]
+    ):
+        cache.apply_event(
+            "ADDED", obj["kind"], {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(index)}}
+        )
+    reader = CacheReader("kai-scheduler")
+    first, _ = reader.read(cache, now=0.0)
+    explained = {**group, "metadata": {**group["metadata"], "resourceVersion": "10"}}
+    explained["status"] = {
+        "schedulingConditions": [{"type": "UnschedulableOnNodePool", "message": "no room"}]
+    }
+    assert cache.apply_event("MODIFIED", "PodGroup", explained)  # the writers read the stored status
+    second, _ = reader.read(cache, now=0.0)
+    assert second.jobs[0] is first.jobs[0]
+    resized = {**explained, "metadata": {**group["metadata"], "resourceVersion": "11"}}
+    resized["spec"] = {**group["spec"], "minMember": 2}
+    cache.apply_event("MODIFIED", "PodGroup", resized)
+    third, _ = reader.read(cache, now=0.0)
+    assert third.jobs[0] is not first.jobs[0]

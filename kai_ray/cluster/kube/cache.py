@@ -57,7 +57,13 @@ from kai_ray.api.constants import (
     STORAGE_API_VERSION,
     TOPOLOGY_API_VERSION,
 )
-from kai_ray.cluster.kube.reduced import REDUCED_KINDS, reduce, reduce_pod, same_but_version
+from kai_ray.cluster.kube.reduced import (
+    REDUCED_KINDS,
+    VERSION_ONLY_KINDS,
+    reduce,
+    reduce_pod,
+    same_but_version,
+)
 from kai_ray.convert import occupancy_only
 
 __all__ = [
@@ -509,7 +515,11 @@ class ClusterCache:
             current = self._stores[kind].get(key)
             if current is not None and not _newer(entry.resource_version, current.resource_version):
                 return False
-            if current is not None and kind in REDUCED_KINDS and same_but_version(current.text, entry.text):
+            if (
+                current is not None
+                and kind in VERSION_ONLY_KINDS
+                and same_but_version(current.text, entry.text)
+            ):
                 self._stores[kind][key] = entry  # nothing kept changed: no new generation (`reduced`)
                 return False
             deleted = self._tombstones[kind].get(key)

@@ -12,14 +12,21 @@ A reader that follows the cache's change log (`update`) gets models only for wha
 the models reject comes with an occupancy-only model (what it holds on its node still counts: a
 pod we cannot interpret is reported, never forgotten), without its constraints when even those
 are rejected.  Objects no longer in the cache are forgotten, so memory follows the cluster.
+
+A PodGroup's status is no part of its model: its writers read it from the cache's JSON
+(`kai_ray.cluster.kube.known`), the conversion never does.  A new version that changed nothing
+else (the condition the status writer puts on every pending PodGroup) keeps the model it had and
+is not reported as changed, so it is neither validated nor converted again (issue 35: a burst of
+20,000 pending PodGroups was validated and converted twice each, once for its condition).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Final
 
 from kai_ray.api import ApiObject, Pod
 from kai_ray.api.manifests import validate_object
@@ -30,10 +37,17 @@ from kai_ray.convert.live import Key, ObjectModel
 __all__ = ["ModelCache"]
 
 
+_UNREAD: Final[Mapping[str, str]] = {"PodGroup": "status"}
+"""Per kind, the part of an object no model reader reads."""
+
+
 @dataclass(frozen=True)
 class _Version:
     resource_version: str
     model: ObjectModel
+    read: int | None = None
+    """For a kind with an unread part: a digest of what the model was built from (its
+    resourceVersion aside), as `_plan_inputs` digests a pod for the podgrouper."""
 
 
 class ModelCache:
@@ -68,7 +82,10 @@ class ModelCache:
                         continue
                     version = versions.get(full_key)
                     if version is None or not _same_version(version, item):
-                        version = versions[full_key] = self._build(item)
+                        built = versions[full_key] = self._build(kind, item, version)
+                        if version is not None and built.model is version.model:
+                            continue  # only what no model reads changed
+                        version = built
                     models[key] = version.model
                 updated[kind] = models
         return updated
@@ -93,7 +110,9 @@ class ModelCache:
                 key = (kind, item.namespace, item.name)
                 version = known.get(key)
                 current[key] = (
-                    version if version is not None and _same_version(version, item) else self._build(item)
+                    version
+                    if version is not None and _same_version(version, item)
+                    else self._build(kind, item, version)
                 )
         with self._lock:
             self._versions = current
@@ -103,8 +122,16 @@ class ModelCache:
         with self._lock:
             return len(self._versions)
 
-    def _build(self, item: CachedObject) -> _Version:
+    def _build(self, kind: str, item: CachedObject, previous: _Version | None) -> _Version:
+        """The model of `item`; `previous`'s own when only what no model reads changed."""
         data = json.loads(item.text)
+        unread = _UNREAD.get(kind)
+        read = None
+        if unread is not None and isinstance(data, dict):
+            data.pop(unread, None)
+            read = _versionless(data)
+            if previous is not None and previous.read == read:
+                return _Version(item.resource_version, previous.model, read)
         obj, problems = validate_object(data, self._source)
         occupant: Pod | None = None
         if obj is None and isinstance(data, dict) and data.get("kind") == "Pod":
@@ -112,7 +139,15 @@ class ModelCache:
             if reduced is None:
                 reduced, _ = validate_object(occupancy_only(data, constraints=False), self._source)
             occupant = reduced if isinstance(reduced, Pod) else None
-        return _Version(item.resource_version, ObjectModel(obj, tuple(problems), occupant))
+        return _Version(item.resource_version, ObjectModel(obj, tuple(problems), occupant), read)
+
+
+def _versionless(data: dict[str, Any]) -> int:
+    """A digest of `data` without its resourceVersion: two versions alike but for it digest alike."""
+    meta = data.get("metadata")
+    if isinstance(meta, dict):
+        meta = {key: value for key, value in meta.items() if key != "resourceVersion"}
+    return hash(json.dumps({**data, "metadata": meta}, sort_keys=True, separators=(",", ":")))
 
 
 def _same_version(version: _Version, item: CachedObject) -> bool:

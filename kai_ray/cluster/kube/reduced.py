@@ -11,7 +11,9 @@ sees these reduced objects exactly as a manifest carrying only those fields.
 
 A change to a reduced object outside those fields leaves its reduced form as it was: the cache
 takes the new resourceVersion without counting it as a change (`same_but_version`), so a
-ConfigMap rewritten every few seconds by some controller does not wake the scheduling loop.
+ConfigMap rewritten every few seconds by some controller does not wake the scheduling loop, and
+a pod's new conditions (the pod runner's, or the `PodScheduled=False` written on every pending
+pod) are read, validated and converted by no one (`VERSION_ONLY_KINDS`).
 
 Of the scheduler's own pods (`reduce_pod`) the metadata is kept whole (the podgrouper reads any
 label, annotation or owner; the binder the resourceVersion), the rest only as far as the pod
@@ -39,7 +41,7 @@ from kai_ray.api.constants import (
 )
 from kai_ray.api.core import Pod
 
-__all__ = ["REDUCED_KINDS", "reduce", "reduce_pod", "same_but_version"]
+__all__ = ["REDUCED_KINDS", "VERSION_ONLY_KINDS", "reduce", "reduce_pod", "same_but_version"]
 
 _META: Final = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
 
@@ -57,6 +59,8 @@ _ANNOTATIONS: Final[Mapping[str, tuple[str, ...]]] = {
 }
 
 REDUCED_KINDS: Final = frozenset(_KEPT)
+VERSION_ONLY_KINDS: Final = REDUCED_KINDS | {"Pod"}
+"""Kinds whose update that changes nothing kept but the resourceVersion is no change."""
 
 
 def reduce(obj: Mapping[str, Any]) -> dict[str, Any]:
