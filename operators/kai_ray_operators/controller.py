@@ -53,9 +53,10 @@ _PODGROUP = RESOURCES["PodGroup"]
 
 PodKey = tuple[str, str]
 
-DEFAULT_MAX_PODS: Final = 500
-"""Pods one pass plans at most: about a second of API writes (a PodGroup and a pod patch each) on
-a 2-core dev cluster, so a pod created during a burst waits a pass or two for its PodGroup."""
+DEFAULT_MAX_PODS: Final = 200
+"""Pods one pass plans at most: 400 API writes (a PodGroup and a pod patch each), one to two
+seconds on a 2-core dev cluster, so a pod created during a burst waits a pass or two for its
+PodGroup (500 took up to five seconds with the API server's audit log on)."""
 
 
 @dataclass
