@@ -74,3 +74,23 @@ def test_a_cycle_writes_at_most_max_jobs_and_skips_the_jobs_already_explained(
     assert left == [3, 1, 0, 0]
     last = writer.write_podgroup_status(plan, refs(custom, namespace), max_jobs=2)
     assert (last.conditions_set, last.events, last.pods_marked, last.left) == ([], 0, 0, 0)
+
+
+def test_a_job_whose_write_keeps_failing_does_not_hold_up_the_others(kube_api: Any, namespace: str) -> None:
+    """The calls take turns from where the last one left off: a PodGroup the API server refuses
+    (here, one the cache still shows but that is gone) is tried again only after the others."""
+    core, custom = client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "podgroups", podgroup_body("b-real"))
+    core.create_namespaced_pod(namespace, pod_body("p", "b-real"))
+    known = refs(custom, namespace)
+    gone = f"{namespace}/a-gone"
+    known[gone] = PodGroupRef(namespace, "a-gone")
+    reason = PendingReason(PendingCause.NO_ROOM, "gang needs 1 more pods, only 0 fit")
+    pending = TaskState(TaskStatus.PENDING, None, (), 0.0)
+    real = f"{namespace}/b-real"
+    plan = Plan(pending_reasons={gone: reason, real: reason}, tasks={(real, "p"): pending})
+    writer = StatusWriter(kube_api, recorder=EventWriter(kube_api))
+    first = writer.write_podgroup_status(plan, known, max_jobs=1)
+    assert first.conditions_set == [] and len(first.errors) == 1 and first.left == 1  # a-gone first
+    second = writer.write_podgroup_status(plan, known, max_jobs=1)
+    assert second.conditions_set == [real] and second.left == 1

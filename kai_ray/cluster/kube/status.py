@@ -651,6 +651,8 @@ class StatusWriter:
         self.clock = clock
         self._pod_conditions: dict[tuple[str, str], str] = {}
         self._queue_status: dict[str, dict[str, dict[str, str]]] = {}
+        self._left_off = ""
+        """The last job written by a call that left jobs for the next: where the next starts."""
         self._lock = threading.Lock()
 
     # ---- PodGroups ----------------------------------------------------------------------
@@ -663,7 +665,8 @@ class StatusWriter:
         max_jobs: int | None = None,
     ) -> StatusResult:
         """Explain pending jobs and clear the explanation of placed ones, for at most `max_jobs`
-        jobs with something to write (in key order; the rest are `left` for the next call).
+        jobs with something to write (in key order from where the last call left off, so a job
+        whose write keeps failing never holds up the others; the rest are `left` for the next).
 
         ``podgroups`` maps job key (``"ns/name"``) to what the cache knows about that
         PodGroup; keys missing from it are skipped (the PodGroup does not exist).  Without it
@@ -682,7 +685,7 @@ class StatusWriter:
         jobs = _plan_jobs(plan)
         for key in blocked:
             jobs.setdefault(key, {})
-        calls = []
+        due: list[tuple[str, Callable[[], None]]] = []
         for key, statuses in sorted(jobs.items()):
             reason = blocked.get(key) or plan.pending_reasons.get(key)
             forced = key in blocked
@@ -692,11 +695,14 @@ class StatusWriter:
                 write = functools.partial(
                     self._write_job, key, statuses, reason, podgroups, result, forced=forced
                 )
-                calls.append(write)
-        if max_jobs is not None and len(calls) > max_jobs:
-            result.left = len(calls) - max_jobs
-            del calls[max_jobs:]
-        run_bounded(calls, self.concurrency)
+                due.append((key, write))
+        if max_jobs is not None and len(due) > max_jobs:
+            turn = next((i for i, (key, _) in enumerate(due) if key > self._left_off), 0)
+            due = [*due[turn:], *due[:turn]]
+            result.left = len(due) - max_jobs
+            del due[max_jobs:]
+            self._left_off = due[-1][0]
+        run_bounded([write for _, write in due], self.concurrency)
         return result
 
     def _written(
