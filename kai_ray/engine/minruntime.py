@@ -47,6 +47,16 @@ class MinRuntime:
         self.default_reclaim = parse_duration(args.get("defaultReclaimMinRuntime", "0s"))
         self.method = args.get("reclaimResolveMethod", "lca")
 
+    def reads_start_times(self) -> bool:
+        """Whether a job's start can protect it this session: the plugin is on and some runtime
+        is set (a default or a queue's). A backend that keeps starts between cycles writes them
+        only then, so a cluster without min-runtime pays no write per started gang."""
+        if not self.enabled:
+            return False
+        queues = self.session.snapshot.queues.values()
+        runtimes = [q.preempt_min_runtime for q in queues] + [q.reclaim_min_runtime for q in queues]
+        return self.default_preempt > 0 or self.default_reclaim > 0 or any(r for r in runtimes if r)
+
     def _protected(self, job: Job, runtime: float) -> bool:
         return self.enabled and job.last_start is not None and self.session.now < job.last_start + runtime
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kai_ray.engine.jobs import Task
+from kai_ray.engine.minruntime import MinRuntime
 from kai_ray.engine.reasons import EvictionReason, PendingCause, PendingReason, StaleMark
 from kai_ray.engine.session import Session
 from kai_ray.model.objects import (
@@ -70,7 +71,8 @@ class Plan:
     problems: list[Problem] = field(default_factory=list)
     started: dict[str, float] = field(default_factory=dict)
     """Job key → when its gang was (re)started this cycle: the min-runtime clock's start, which a
-    backend keeps with the job (KAI's `kai.scheduler/last-start-timestamp`) for later cycles."""
+    backend keeps with the job (KAI's `kai.scheduler/last-start-timestamp`) for later cycles.
+    Only while some min-runtime is configured (`MinRuntime.reads_start_times`)."""
     stale_marks: dict[str, StaleMark] = field(default_factory=dict)
     """Job key → when it fell below its minimum (None: it no longer is), for the jobs whose mark
     changed this cycle: kept with the job (`kai.scheduler/stale-podgroup-timestamp`) so that a
@@ -134,6 +136,7 @@ def build_plan(session: Session) -> Plan:
     last plan that saw the same job (`Job.plan_states`, kept with the job by a `JobPool`).
     """
     plan = Plan(problems=list(session.snapshot.problems))
+    starts = MinRuntime(session).reads_start_times()
     moved = session.moved_jobs()
     placed_at_open, placed_by = session.placed_at_open, session.placed_by
     alike: dict[StateFields, TaskState] = {}
@@ -166,7 +169,7 @@ def build_plan(session: Session) -> Plan:
                 plan.evictions.append(new_eviction(key, name, state.node, reason))
         plan.tasks.update(states)
         job.plan_states = states
-        if job.last_start is not None and job.last_start != job.spec.last_start:
+        if starts and job.last_start is not None and job.last_start != job.spec.last_start:
             plan.started[key] = job.last_start
     plan.stale_marks.update(session.stale_marks)
     for job in session.jobs_with_pending_tasks():

@@ -7,6 +7,8 @@ would start again every cycle.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from builders import cluster
 
@@ -35,7 +37,9 @@ def test_a_gang_first_seen_stale_is_marked_and_a_marked_one_keeps_its_mark() -> 
     assert plan.evictions == []  # 60 s of grace by default
 
 
-def test_a_mark_is_cleared_once_the_gang_is_whole_and_a_started_gang_is_reported() -> None:
+def test_a_mark_is_cleared_once_the_gang_is_whole_and_a_start_is_reported_where_min_runtime_reads_it() -> (
+    None
+):
     state = (
         cluster()
         .node("n1", gpus=8)
@@ -48,4 +52,6 @@ def test_a_mark_is_cleared_once_the_gang_is_whole_and_a_started_gang_is_reported
     whole.stale_since = state.now - 5
     plan = schedule(compile_snapshot(state), SchedulerConfig())
     assert plan.stale_marks == {whole.key: StaleMark(None, 2, 2)}
-    assert plan.started == {new.key: state.now}
+    assert plan.started == {}  # no min-runtime anywhere: nothing reads a start, none is kept
+    state.queues[0] = replace(state.queues[0], reclaim_min_runtime=600.0)
+    assert schedule(compile_snapshot(state), SchedulerConfig()).started == {new.key: state.now}
