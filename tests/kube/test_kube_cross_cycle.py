@@ -46,6 +46,15 @@ class Schedulers:
         self.current.stop()
         self.current = self._start()
 
+    def cycles_around_a_restart(self, cycles: int) -> Iterator[None]:
+        """`cycles` cycles, a pause for the caller's checks, a restart, `cycles` more, a pause."""
+        for restart in (False, True):
+            if restart:
+                self.restart()
+            for _ in range(cycles):
+                self.cycle()
+            yield
+
     def close(self) -> None:
         self.current.stop()
 
@@ -176,11 +185,7 @@ def test_a_gangs_start_is_kept_so_its_guaranteed_runtime_protects_it(
 
     podgroup(zone, "b-job", owed, 1)
     zone.pod("b-0", queue=owed, group="b-job", gpus=8)
-    for restart in (False, True):
-        if restart:
-            schedulers.restart()
-        for _ in range(4):
-            schedulers.cycle()
+    for _ in schedulers.cycles_around_a_restart(4):
         assert phases(zone) == {"a-0": "Running", "b-0": "Pending"}
     assert annotations(zone, "a-job")[LAST_START_TIMESTAMP_ANNOTATION] == started
 
@@ -208,11 +213,7 @@ def test_a_releasing_pod_is_waited_for_across_cycles_and_restarts(zone: Zone, sc
     core.patch_namespaced_pod("leaving", zone.name, held)
     core.delete_namespaced_pod("leaving", zone.name)
     zone.pod("next", queue=queue, group="next", gpus=8)
-    for restart in (False, True):
-        if restart:
-            schedulers.restart()
-        for _ in range(3):
-            schedulers.cycle()
+    for _ in schedulers.cycles_around_a_restart(3):
         assert core.read_namespaced_pod("next", zone.name).spec.node_name is None
     assert schedulers.current.events.flush(timeout=30)
     pipelined = core.list_namespaced_event(
