@@ -219,6 +219,7 @@ class KubeScheduler:
             requests=functools.partial(self.cache.objects, "BindRequest"),
         )
         self.planner = CyclePlanner(self.config, self.executor, self.scheduler_name)
+        """Reads the cache and decides; remembers the cache's objects between cycles."""
         self.grouping = (
             None
             if self.grouper is None
@@ -232,7 +233,6 @@ class KubeScheduler:
         """The grouper's passes: on their own thread while `cycle_until` runs, else one per cycle."""
         self.usage = usage_source(self.config, self.api, self.usage_namespace, self.scheduler_name)
         """Queue usage for time-based fair share (None: off), fed by every cycle this replica runs."""
-        """Reads the cache and decides; remembers the cache's objects between cycles."""
         self.known = KnownObjects(NODE_POOL_LABEL)
         """Pod uids, PodGroups' stored status and queue names, from the cache's changes."""
         self.memory = ShrinkTrimmer()

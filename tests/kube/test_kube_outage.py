@@ -71,6 +71,13 @@ def node_of(kube_api: Any, namespace: str, pod: str) -> str | None:
     return found
 
 
+def bind_a_pod(kube_api: Any, zone: Zone, name: str, serve: Serve, timeout: float = 60) -> None:
+    """Create a pod in the zone's queue and wait until `serve` bound it."""
+    zone.pod(name, queue=zone.queues[0])
+    bound = lambda: node_of(kube_api, zone.name, name) is not None  # noqa: E731
+    wait_until(bound, timeout, f"a bind of {name}\n{serve.tail()}")
+
+
 def test_an_outage_logs_a_few_lines_and_scheduling_resumes(
     kube_cluster: DevCluster,
     kube_api: Any,
@@ -82,10 +89,7 @@ def test_an_outage_logs_a_few_lines_and_scheduling_resumes(
     serve = serves(
         f"{zone.name}-s", zone.name, kubeconfig=through(kube_cluster, proxy, tmp_path / "kubeconfig")
     )
-    zone.pod("before", queue=zone.queues[0])
-    wait_until(
-        lambda: node_of(kube_api, zone.name, "before") is not None, 60, f"a first bind\n{serve.tail()}"
-    )
+    bind_a_pod(kube_api, zone, "before", serve)
     seen = len(serve.entries())
 
     proxy.down()
@@ -136,13 +140,11 @@ def test_sigusr1_dumps_every_threads_stack_and_serve_goes_on(
     kube_cluster: DevCluster, kube_api: Any, zone: Zone, serves: Callable[..., Serve]
 ) -> None:
     serve = serves(f"{zone.name}-s", zone.name)
-    zone.pod("first", queue=zone.queues[0])
-    wait_until(lambda: node_of(kube_api, zone.name, "first") is not None, 60, f"a bind\n{serve.tail()}")
+    bind_a_pod(kube_api, zone, "first", serve)
     dump = stacks_of(serve)
     assert "kai_ray/server/scheduler.py" in dump, dump  # the scheduling loop's thread is in it
     assert "Thread 0x" in dump, dump
-    zone.pod("second", queue=zone.queues[0])
-    wait_until(lambda: node_of(kube_api, zone.name, "second") is not None, 60, f"a bind\n{serve.tail()}")
+    bind_a_pod(kube_api, zone, "second", serve)
     assert serve.proc.poll() is None
 
 
@@ -158,8 +160,7 @@ def test_a_sole_replica_rides_out_an_outage_past_its_lease_and_schedules_again(
     the lease is still this replica's: the same process renews it and schedules again."""
     kubeconfig = through(kube_cluster, proxy, tmp_path / "kubeconfig")
     serve = serves(f"{zone.name}-s", zone.name, kubeconfig=kubeconfig)  # client-go's 15 s / 10 s / 2 s
-    zone.pod("before", queue=zone.queues[0])
-    wait_until(lambda: node_of(kube_api, zone.name, "before") is not None, 60, f"a bind\n{serve.tail()}")
+    bind_a_pod(kube_api, zone, "before", serve)
     assert lease_holder(kube_api, zone.name, LEASE) == serve.identity
     seen = len(serve.entries())
 
@@ -225,8 +226,7 @@ def test_a_replica_whose_lease_was_taken_in_an_outage_exits_naming_the_new_holde
     assert lost in messages, leader.tail()
     assert any(m.startswith("exiting: leadership was lost") for m in messages), leader.tail()
     assert writes_by(kube_cluster, leader.identity, returned) == []
-    zone.pod("after", queue=zone.queues[0])
-    wait_until(lambda: node_of(kube_api, zone.name, "after") is not None, 60, f"a bind\n{standby.tail()}")
+    bind_a_pod(kube_api, zone, "after", standby)
 
 
 def test_a_sole_podgrouper_rides_out_an_outage_past_its_lease(

@@ -42,7 +42,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import urllib3
 from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
@@ -55,6 +54,7 @@ from kai_ray.api.constants import (
     SELECTED_NODE_ANNOTATION,
     SELECTED_NODE_LABEL,
 )
+from kai_ray.cluster.kube.failures import API_FAILURES
 from kai_ray.cluster.kube.job_marks import JobMarks, job_marks, newly_stale
 from kai_ray.cluster.kube.status import (
     MERGE_PATCH,
@@ -100,7 +100,6 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 CLAIM_PATCH_TIMEOUT_SECONDS = 5.0
 """How long annotating one delayed claim may take before its pod's bind waits for the next cycle."""
-_API_FAILURES = (ApiException, urllib3.exceptions.HTTPError, OSError)
 
 PodKey = tuple[str, str]
 """(namespace, pod name)."""
@@ -342,7 +341,7 @@ class _Applier:
                     _preload_content=False,
                     _request_timeout=CLAIM_PATCH_TIMEOUT_SECONDS,
                 )
-            except _API_FAILURES as exc:
+            except API_FAILURES as exc:
                 message = f"{api_error_message(exc)}; pod {namespace}/{pod} is not bound to {node} this cycle"
                 self.result.add(
                     "errors",

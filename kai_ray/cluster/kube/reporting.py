@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from kubernetes import client
 
@@ -46,7 +46,12 @@ from kai_ray.cluster.kube.status import (
     mark_pod_unschedulable,
     now_utc,
 )
-from kai_ray.cluster.kube.warning_conditions import WarningConditions
+from kai_ray.cluster.kube.warning_conditions import (
+    Conditions,
+    WarningConditions,
+    carries_warning,
+    stored_conditions,
+)
 from kai_ray.convert.jobs import WARNING_REASONS
 from kai_ray.engine.reasons import PendingCause, PendingReason
 
@@ -70,6 +75,8 @@ OWN_REASONS: Final = frozenset({INVALID_OBJECT, QUEUE_DOES_NOT_EXIST})
 REPORTED_KINDS: Final = frozenset({"Pod", "PodGroup", "Queue"})
 
 _Key = tuple[str, str, str, str, str]
+_Named = tuple[str, str]
+"""(namespace, name) of a PodGroup."""
 """(kind, namespace, name, uid, message)."""
 
 
@@ -105,10 +112,13 @@ class ProblemReporter:
         self._recorder = recorder or EventWriter(api, component=cache.scheduler_name)
         self._reported: set[_Key] = set()
         self._conditions: dict[tuple[str, str], str] = {}
-        self._with_own = DerivedTable("PodGroup", _with_own_conditions)
-        """PodGroups as the cache holds them, those carrying a condition of ours as their ref."""
+        self._carried = DerivedTable("PodGroup", _carried)
+        """PodGroups as the cache holds them, with what each carries of this reporter's."""
         self._flagged: set[tuple[str, str]] = set()
-        """(namespace, name) of the PodGroups that carry one: what `_clear_fixed` looks at."""
+        """(namespace, name) of the PodGroups that carry a scheduling condition of ours: what
+        `_clear_fixed` looks at."""
+        self._warned: set[tuple[str, str]] = set()
+        """Those that carry a warning condition of ours."""
         self._warnings = WarningConditions(self._custom)
         self._core = client.CoreV1Api(api)
 
@@ -125,8 +135,8 @@ class ProblemReporter:
             else:
                 log.warning("skipped: %s", problem)
         current: set[_Key] = set()
-        troubled: set[tuple[str, str]] = set()
-        warned: dict[tuple[str, str], list[ManifestProblem]] = {}
+        troubled: set[_Named] = set()
+        warned: dict[_Named, list[ManifestProblem]] = {}
         written = 0
         for target, found in by_target.items():
             obj = self._cache.get(target.kind, target.namespace, target.name)
@@ -139,16 +149,25 @@ class ProblemReporter:
                 if key not in self._reported and self._tell(ref, obj, problem):
                     self._reported.add(key)
                     written += 1
+            if target.kind != "PodGroup":
+                continue
+            named = (target.namespace, target.name)
             errors = [p for p in found if not p.warning]
-            if target.kind == "PodGroup" and errors:
-                troubled.add((target.namespace, target.name))
+            if errors:
+                troubled.add(named)
                 self._condition(obj, errors)
-            if target.kind == "PodGroup":
-                warned[(target.namespace, target.name)] = [p for p in found if p.reason in WARNING_REASONS]
+            warnings = [p for p in found if p.reason in WARNING_REASONS]
+            if warnings:
+                warned[named] = warnings
         self._reported &= current
         self._conditions = {k: v for k, v in self._conditions.items() if k in troubled}
-        self._clear_fixed(troubled)
-        self._warnings.write(self._cache, {key: found for key, found in warned.items() if found})
+        carried = self._follow_carried()
+        self._clear_fixed(troubled, carried)
+        self._warnings.write(
+            warned,
+            {key: held.conditions for key in self._warned if (held := carried[key]) and held.conditions},
+            self._stored_conditions,
+        )
         return written
 
     def tracked(self) -> dict[str, int]:
@@ -156,7 +175,7 @@ class ProblemReporter:
         return {
             "reported_problems": len(self._reported),
             "problem_conditions": len(self._conditions),
-            **self._warnings.tracked(),
+            "warned_podgroups": len(self._warned),
         }
 
     def _tell(self, ref: ObjectRef, obj: Mapping[str, Any], problem: ManifestProblem) -> bool:
@@ -186,24 +205,36 @@ class ProblemReporter:
             return
         self._conditions[key] = message
 
-    def _clear_fixed(self, troubled: set[tuple[str, str]]) -> None:
-        """Drop our conditions from PodGroups that no longer have a problem.
+    def _follow_carried(self) -> Mapping[_Named, _Carried | None]:
+        """The PodGroups carrying a condition of ours, followed from the cache's changes rather
+        than by reading every PodGroup each cycle; the table as of now."""
+        carried = self._carried.refresh(self._cache)
+        for key in self._carried.changed:
+            found = carried.get(key)
+            for flagged, present in (
+                (self._flagged, found is not None and found.scheduling is not None),
+                (self._warned, found is not None and found.conditions is not None),
+            ):
+                if present:
+                    flagged.add(key)
+                else:
+                    flagged.discard(key)
+        return carried
 
-        Only PodGroups that carry one are looked at, found from the cache's changes rather than
-        by reading every PodGroup each cycle."""
-        refs = self._with_own.refresh(self._cache)
-        for key in self._with_own.changed:
-            if refs.get(key) is not None:
-                self._flagged.add(key)
-            else:
-                self._flagged.discard(key)
+    def _clear_fixed(self, troubled: set[_Named], carried: Mapping[_Named, _Carried | None]) -> None:
+        """Drop our scheduling conditions from PodGroups that no longer have a problem."""
         for key in sorted(self._flagged):
-            ref = refs[key]
+            found = carried[key]
+            ref = None if found is None else found.scheduling
             assert ref is not None  # flagged: it carries a condition of ours
             if (ref.namespace, ref.name) in troubled:
                 continue
             kept = [c for c in ref.scheduling_conditions if not _is_own(c)]
             self._patch(ref, [dict(c) for c in kept] or None)
+
+    def _stored_conditions(self, key: tuple[str, str]) -> Conditions | None:
+        group = self._cache.get("PodGroup", *key)
+        return None if group is None else stored_conditions(group)
 
     def _patch(self, ref: PodGroupRef, conditions: list[dict[str, Any]] | None) -> bool:
         """Merge-patch `status.schedulingConditions`; False when the API refused (logged, retried)."""
@@ -236,9 +267,20 @@ def _reason(problem: ManifestProblem) -> PendingReason:
     return PendingReason(cause, problem.detail())
 
 
-def _with_own_conditions(group: Mapping[str, Any]) -> PodGroupRef | None:
+class _Carried(NamedTuple):
+    """What a PodGroup carries of this reporter's: its ref when one of its scheduling conditions
+    is ours, its stored conditions when one of them is a warning condition of ours."""
+
+    scheduling: PodGroupRef | None
+    conditions: Conditions | None
+
+
+def _carried(group: Mapping[str, Any]) -> _Carried | None:
     ref = PodGroupRef.from_object(group, NODE_POOL_LABEL)
-    return ref if any(_is_own(c) for c in ref.scheduling_conditions) else None
+    scheduling = ref if any(_is_own(c) for c in ref.scheduling_conditions) else None
+    conditions = stored_conditions(group)
+    warned = conditions if carries_warning(conditions) else None
+    return None if scheduling is None and warned is None else _Carried(scheduling, warned)
 
 
 def _is_own(condition: Any) -> bool:

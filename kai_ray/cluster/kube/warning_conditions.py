@@ -6,19 +6,17 @@ exist) skips nothing: the PodGroup is scheduled all the same, so it must not get
 entry in `status.conditions` instead (a field KAI's CRD has and no KAI component writes), of
 the warning's own type (`PriorityClassNotFound`, status `True`), next to the Warning Event
 the reporter writes.  Conditions of those types are this module's: it removes them from
-PodGroups that no longer have the warning, found from the cache's changes, so a fix made
-while the scheduler was down is cleared too.
+PodGroups that no longer have the warning (the reporter finds those from the cache's
+changes), so a fix made while the scheduler was down is cleared too.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kai_ray.api import ManifestProblem
-from kai_ray.cluster.kube.cache import ClusterCache
-from kai_ray.cluster.kube.derived import DerivedTable
 from kai_ray.cluster.kube.status import (
     PODGROUP_VERSION,
     PODGROUPS,
@@ -29,7 +27,7 @@ from kai_ray.cluster.kube.status import (
 )
 from kai_ray.convert.jobs import WARNING_REASONS
 
-__all__ = ["WarningConditions"]
+__all__ = ["Conditions", "WarningConditions", "carries_warning", "stored_conditions"]
 
 log = logging.getLogger(__name__)
 
@@ -38,35 +36,32 @@ Conditions = tuple[dict[str, Any], ...]
 
 
 class WarningConditions:
-    """Keeps each PodGroup's warning conditions equal to its current warnings."""
+    """Keeps each PodGroup's warning conditions equal to its current warnings.
+
+    Which PodGroups carry one of ours is the reporter's to follow (`carries_warning` over the
+    cache's changes, in the one table it keeps of PodGroups), so a PodGroup is parsed once.
+    """
 
     def __init__(self, custom: CustomObjects) -> None:
         self._custom = custom
-        self._stored = DerivedTable("PodGroup", _stored_conditions)
-        """Every cached PodGroup's `status.conditions`, as stored."""
-        self._flagged: set[Key] = set()
-        """PodGroups whose stored conditions include one of ours."""
 
-    def write(self, cache: ClusterCache, warnings: Mapping[Key, list[ManifestProblem]]) -> None:
+    def write(
+        self,
+        warnings: Mapping[Key, list[ManifestProblem]],
+        carried: Mapping[Key, Conditions],
+        read: Callable[[Key], Conditions | None],
+    ) -> None:
         """Set the conditions of `warnings` ((namespace, name) → its warnings) and clear ours
-        from every other PodGroup; API failures are logged and retried on the next call."""
-        stored = self._stored.refresh(cache)
-        for key in self._stored.changed:
-            conditions = stored.get(key)
-            if conditions is not None and any(_is_ours(c) for c in conditions):
-                self._flagged.add(key)
-            else:
-                self._flagged.discard(key)
-        for key in sorted(self._flagged | set(warnings)):
-            current = stored.get(key)
+        from every other PodGroup.  `carried`: the stored conditions of the PodGroups that carry
+        one of ours; `read`: any other PodGroup's (None when it is gone).  API failures are
+        logged and retried on the next call."""
+        for key in sorted(set(carried) | set(warnings)):
+            current = carried[key] if key in carried else read(key)
             if current is None:
                 continue  # deleted since the snapshot
             wanted = _wanted(current, warnings.get(key, []))
             if [_compared(c) for c in wanted] != [_compared(c) for c in current]:
                 self._patch(key, wanted)
-
-    def tracked(self) -> dict[str, int]:
-        return {"warned_podgroups": len(self._flagged)}
 
     def _patch(self, key: Key, conditions: list[dict[str, Any]]) -> None:
         namespace, name = key
@@ -74,9 +69,13 @@ class WarningConditions:
         try:
             self._custom.patch_status(PODGROUPS, PODGROUP_VERSION, namespace, name, body)
         except Exception as error:  # the next cycle tries again
-            log.warning(
-                "cannot set conditions of PodGroup %s/%s: %s", namespace, name, api_error_message(error)
-            )
+            reason = api_error_message(error)
+            log.warning("cannot set conditions of PodGroup %s/%s: %s", namespace, name, reason)
+
+
+def carries_warning(conditions: Conditions) -> bool:
+    """Whether one of these stored conditions is a warning condition of ours."""
+    return any(_is_ours(c) for c in conditions)
 
 
 def _wanted(current: Conditions, warnings: list[ManifestProblem]) -> list[dict[str, Any]]:
@@ -108,6 +107,7 @@ def _is_ours(condition: Mapping[str, Any]) -> bool:
     return condition.get("type") in WARNING_REASONS
 
 
-def _stored_conditions(group: Mapping[str, Any]) -> Conditions:
+def stored_conditions(group: Mapping[str, Any]) -> Conditions:
+    """A PodGroup's `status.conditions`, as stored."""
     status = group.get("status") or {}
     return tuple(dict(c) for c in (status.get("conditions") or ()) if isinstance(c, dict))
