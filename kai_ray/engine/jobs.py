@@ -304,7 +304,7 @@ class SpecFacts:
         """`task_request` in plain floats: node rows are charged and compared float by float,
         and `tolist` per pod placed cost about as much as the arithmetic."""
         self.shape_key: ShapeKey | None = None
-        """`node_finder.shape_key` of the spec, once a node finder asked (`_key_of`)."""
+        """`node_finder.shape_key` of the spec, once a node finder asked (`key_of`)."""
         self.queue_charge: Charge | None = None
         """`session.whole_gpu_charge` of a spec that shares no GPU, once a placement charged it."""
         self.lone_request: FairnessFloats | None = None

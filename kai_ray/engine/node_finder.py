@@ -222,7 +222,7 @@ class NodeFinder:
         for task in [task for job in jobs for task in job.pending_tasks()]:
             if task.is_shared_gpu:
                 continue
-            key = self._key_of(task)
+            key = self.key_of(task)
             previous = counts.get(key)
             if previous is None:
                 counts[key] = (shape_of(task), 1)
@@ -242,7 +242,7 @@ class NodeFinder:
         for key, answer in zip(keys, answers, strict=True):
             self._frontiers[key] = self._remembering(_frontier_from(answer, cursor), first[key])
 
-    def _key_of(self, task: Task) -> ShapeKey:
+    def key_of(self, task: Task) -> ShapeKey:
         """The spec's shape key, kept with its facts (`SpecFacts`) after the first ask: building it
         again for each query (sorting its node selector) cost a twentieth of a small cluster's
         cycle."""
@@ -254,11 +254,11 @@ class NodeFinder:
 
     def best(self, task: Task) -> int | None:
         """The best feasible row for the task, or None when no row fits: the first row `ordered`
-        gives, without a generator (asked once per pod that shares no GPU). `_key_of` and
+        gives, without a generator (asked once per pod that shares no GPU). `key_of` and
         `_refreshed` are written out: two calls fewer per pod, each its remembered answer's cost."""
         key = task.facts.shape_key
         if key is None:
-            key = self._key_of(task)
+            key = self.key_of(task)
         frontier = self._frontiers.get(key)
         if frontier is None:
             frontier = self._exact(task, key)
@@ -268,7 +268,7 @@ class NodeFinder:
 
     def ordered(self, task: Task) -> Generator[int, None, None]:
         """Feasible rows best first, produced lazily; the heap is left as it was found."""
-        key = self._key_of(task)
+        key = self.key_of(task)
         frontier = self._refreshed(task, key)
         taken: list[RankKey] = []
         yielded: set[int] = set()

@@ -134,15 +134,26 @@ def _starts_now(request: RequestFloats, idle: list[float]) -> bool:
 def _no_node_fits(session: Session, task: Task, node_mask: np.ndarray | None) -> PendingReason:
     """The message counts what turned each node away, filter after filter, so its counts add up to
     the nodes it names; the refusals count each cause over all nodes (`node_refusals`). What-if
-    simulations, where failing is the point, get neither."""
+    simulations, where failing is the point, get neither.  A pod no rule reading other pods
+    concerns, outside any domain mask, is refused for what its shape meets alone: its words are
+    remembered per shape until a node changes (`Session.no_fit_explanations`)."""
     if session.simulating:
         return PendingReason(PendingCause.NO_ROOM, f"pod {task.name}: no node fits")
     constraints = session.pod_constraints
     verdict = None if constraints is None else constraints.verdict(task)
+    alike = node_mask is None and verdict is None
+    if alike:
+        known = session.no_fit_explanations.get(session.node_finder.key_of(task))
+        if known is not None and known[0] == len(session.nodes.changed_rows):
+            return PendingReason(PendingCause.NO_ROOM, f"pod {task.name}: {known[1]}", known[2])
     rules = [] if constraints is None or verdict is None else constraints.refusals(task)
     why_not = "; ".join(_why_no_node_fits(session, task, node_mask, verdict, rules))
-    message = f"pod {task.name}: 0 of {len(session.nodes.table)} nodes fit ({why_not})"
-    return PendingReason(PendingCause.NO_ROOM, message, tuple(node_refusals(session, task, rules)))
+    explanation = f"0 of {len(session.nodes.table)} nodes fit ({why_not})"
+    refusals = tuple(node_refusals(session, task, rules))
+    if alike:
+        stamp = len(session.nodes.changed_rows)
+        session.no_fit_explanations[session.node_finder.key_of(task)] = (stamp, explanation, refusals)
+    return PendingReason(PendingCause.NO_ROOM, f"pod {task.name}: {explanation}", refusals)
 
 
 def _ranked_rows(

@@ -91,7 +91,7 @@ def test_every_remembered_state_scores_as_a_row_in_it_does(drawn: Drawn) -> None
     session = full_cycle(with_arrivals(running_cluster(nodes, queues, first), later)).session
     finder = session.node_finder
     by_key = {
-        finder._key_of(task): task
+        finder.key_of(task): task
         for job in session.jobs
         for task in job.tasks
         if task.facts.shape_key is not None
@@ -126,7 +126,7 @@ def test_the_first_row_to_fill_scores_the_states_ahead_of_it() -> None:
             take(session, row, pod)
             session.nodes.changed_rows.append(row)
     assert scored.call_count == 1  # the full scan; the states after it were scored ahead
-    frontier = finder._frontiers[finder._key_of(session.jobs[0].tasks[0])]
+    frontier = finder._frontiers[finder.key_of(session.jobs[0].tasks[0])]
     assert frontier.scored is not None and len(frontier.scored) == 9  # 8 free GPUs (the scan) to 0
 
 
@@ -158,7 +158,7 @@ def test_rows_in_a_state_seen_before_are_not_scored_again() -> None:
         take(session, row, pod)
         session.nodes.changed_rows.append(row)
     assert finder.best(task) == 2  # takes in the last placement
-    frontier = finder._frontiers[finder._key_of(task)]
+    frontier = finder._frontiers[finder.key_of(task)]
     assert frontier.scored is not None
     assert chosen == [0] * 8 + [1] * 8 + [2] * 4
     assert len(frontier.scored) == 9  # 8 free GPUs (the full scan) down to 0
@@ -178,7 +178,7 @@ def test_shared_gpu_pods_are_scored_afresh() -> None:
     task = session.jobs[0].tasks[0]
     finder = session.node_finder
     assert next(finder.ordered(task), None) is not None
-    assert finder._frontiers[finder._key_of(task)].scored is None
+    assert finder._frontiers[finder.key_of(task)].scored is None
 
 
 def test_a_subclassed_node_plugin_turns_the_memory_off() -> None:
@@ -192,7 +192,7 @@ def test_a_subclassed_node_plugin_turns_the_memory_off() -> None:
     task = session.jobs[0].tasks[0]
     finder = session.node_finder
     assert finder.best(task) == 0
-    assert finder._frontiers[finder._key_of(task)].scored is None
+    assert finder._frontiers[finder.key_of(task)].scored is None
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -230,7 +230,7 @@ def test_the_shared_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     plan = run_actions(open_session(state))
     session = open_session(state)
     assert run_actions(session).binds == plan.binds
-    frontier = session.node_finder._frontiers[session.node_finder._key_of(session.jobs[0].tasks[0])]
+    frontier = session.node_finder._frontiers[session.node_finder.key_of(session.jobs[0].tasks[0])]
     assert frontier.scored is not None and len(frontier.scored) <= 4
     first = shared_row_scores(NodeRanking(), b"a")
     assert shared_row_scores(NodeRanking(), b"a") is first

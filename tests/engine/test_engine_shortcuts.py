@@ -572,3 +572,69 @@ def test_a_remembered_job_order_key_is_not_read_after_a_move_nor_under_other_plu
     without_elastic = open_session(snapshot, config(drop=["elastic"]))
     job = without_elastic.jobs[0]
     assert without_elastic.standing_job_order_key(job) == without_elastic.job_order_key(job) != at_minimum
+
+
+class Forgetful(dict[object, object]):
+    """A memo that keeps nothing: every answer is worked out afresh."""
+
+    def __setitem__(self, key: object, value: object) -> None:
+        return None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_no_fit_explanations_remembered_per_shape_are_the_ones_worked_out_afresh(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+) -> None:
+    opened = Session.__init__
+
+    def forgetting(self: Session, *args: object, **kwargs: object) -> None:
+        opened(self, *args, **kwargs)  # type: ignore[arg-type]
+        self.no_fit_explanations = Forgetful()  # type: ignore[assignment]
+
+    with mock.patch.object(Session, "__init__", forgetting):
+        afresh = whole_plan(drawn)
+    assert whole_plan(drawn) == afresh
+
+
+def test_a_no_fit_explanation_is_worked_out_again_once_a_node_changed() -> None:
+    """Two alike pods that fit nowhere, a pod placed between them: the second's words say what
+    the placement took (the GPU), the first's do not."""
+    state = (
+        cluster()
+        .node("n1", gpus=1, cpu_millis=8000)
+        .node("n2", gpus=1, cpu_millis=8000)
+        .queue("q")
+        .job("held-1", queue="q", cpu_millis=4000, status=TaskStatus.RUNNING, node="n1")
+        .job("held-2", queue="q", cpu_millis=4000, status=TaskStatus.RUNNING, node="n2")
+        .job("a", queue="q", gpus=1, cpu_millis=8000)
+        .job("b", queue="q", gpus=1, cpu_millis=1000, created=1.0)
+        .job("c", queue="q", gpus=1, cpu_millis=8000, created=2.0)
+        .build()
+    )
+    plan = SimulatedCluster(state, config(actions=("allocate",))).run_cycle().plan
+    assert [bind.job for bind in plan.binds] == ["b"]
+    assert "2 lack free CPU)" in plan.pending_reasons["a"].message
+    assert "2 lack free CPU and GPUs)" in plan.pending_reasons["c"].message
+    assert plan.pending_reasons["c"].message.startswith("pod c-0: ")
+
+
+VICTIM_CHECKS = (
+    "kai_ray.engine.actions.preempt._victims_possible",
+    "kai_ray.engine.actions.reclaim._victims_possible",
+    "kai_ray.engine.actions.consolidation._victims_possible",
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_victim_searches_skipped_as_hopeless_are_ones_that_find_nothing(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+) -> None:
+    """With every action's search run in queue order whatever its check says, the plan (binds,
+    evictions, every pending reason) is the same."""
+    with ExitStack() as stack:
+        for check in VICTIM_CHECKS:
+            stack.enter_context(mock.patch(check, lambda session, jobs: True))
+        searched = whole_plan(drawn)
+    assert whole_plan(drawn) == searched

@@ -42,14 +42,26 @@ class ConsolidationPolicy:
         return EvictionReason(EvictionCause.CONSOLIDATION, message, preemptor.key)
 
 
+def _gpus_needed(session: Session, job: Job) -> float:
+    return float(session.fairness_request(tasks_to_allocate(session, job), session.min_gpu_memory)[2])
+
+
 def _make_policy(session: Session, job: Job) -> VictimPolicy | None:
-    needed = session.fairness_request(tasks_to_allocate(session, job), session.min_gpu_memory)[2]
-    if free_gpu_capacity(session) + EPSILON < needed:
+    if free_gpu_capacity(session) + EPSILON < _gpus_needed(session, job):
         return None
     return ConsolidationPolicy(session)
+
+
+def _victims_possible(session: Session, jobs: list[Job]) -> bool:
+    """Some job would be given a policy (the free GPUs add up to its need) and some job is
+    preemptible."""
+    if not session.lowest_preemptible_priority or not jobs:
+        return False
+    free = free_gpu_capacity(session) + EPSILON
+    return any(free >= _gpus_needed(session, job) for job in jobs)
 
 
 def consolidation(session: Session) -> None:
     if session.config.max_consolidation_preemptees == 0:
         return
-    run_victim_action(session, _make_policy, lambda job: job.spec.preemptible)
+    run_victim_action(session, _make_policy, lambda job: job.spec.preemptible, _victims_possible)

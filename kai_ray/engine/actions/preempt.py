@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from kai_ray.engine.actions.victim_action import run_victim_action
 from kai_ray.engine.gang import tasks_to_allocate
 from kai_ray.engine.jobs import Job, Task
@@ -15,8 +17,12 @@ from kai_ray.model.objects import ACTIVE_ALLOCATED
 class PreemptPolicy:
     def __init__(self, session: Session, preemptor: Job) -> None:
         self.session = session
-        self.min_runtime = MinRuntime(session)
         self.preemptor = preemptor
+
+    @functools.cached_property
+    def min_runtime(self) -> MinRuntime:
+        """Built when a candidate is judged, not per pending job (most have no candidate)."""
+        return MinRuntime(self.session)
 
     def candidate_pool(self, preemptor: Job) -> list[Job]:
         return self.session.preemptible_jobs(in_queue=preemptor.queue, below_priority=preemptor.spec.priority)
@@ -53,5 +59,11 @@ def _make_policy(session: Session, job: Job) -> VictimPolicy | None:
     return PreemptPolicy(session, job)
 
 
+def _victims_possible(session: Session, jobs: list[Job]) -> bool:
+    """Some job has a preemptible job of lower priority in its queue."""
+    lowest = session.lowest_preemptible_priority
+    return any(job.queue in lowest and lowest[job.queue] < job.spec.priority for job in jobs)
+
+
 def preempt(session: Session) -> None:
-    run_victim_action(session, _make_policy, lambda job: True)
+    run_victim_action(session, _make_policy, lambda job: True, _victims_possible)

@@ -7,6 +7,7 @@ is judged against a department and a project against a sibling project.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import numpy as np
@@ -59,8 +60,12 @@ class ReclaimPolicy:
         self.request = request
         self.allocated = self.book.allocated.copy()
         self.allocated_non_preemptible = self.book.allocated_non_preemptible.copy()
-        self.min_runtime = MinRuntime(session)
         self.multiplier = saturation_multiplier(session.config)
+
+    @functools.cached_property
+    def min_runtime(self) -> MinRuntime:
+        """Built when a candidate is judged, not per pending job (most have no candidate)."""
+        return MinRuntime(self.session)
 
     def _row(self, queue: str) -> int:
         return self.book.index[queue]
@@ -232,5 +237,11 @@ def _make_policy(session: Session, job: Job) -> VictimPolicy | None:
     return ReclaimPolicy(session, job, request)
 
 
+def _victims_possible(session: Session, jobs: list[Job]) -> bool:
+    """Some job has a preemptible job in another queue."""
+    queues = session.lowest_preemptible_priority
+    return any(len(queues) > 1 or (bool(queues) and job.queue not in queues) for job in jobs)
+
+
 def reclaim(session: Session) -> None:
-    run_victim_action(session, _make_policy, lambda job: True)
+    run_victim_action(session, _make_policy, lambda job: True, _victims_possible)
