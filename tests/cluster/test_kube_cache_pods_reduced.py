@@ -144,3 +144,29 @@ def test_a_podgroup_whose_status_alone_changed_is_neither_validated_nor_converte
     cache.apply_event("MODIFIED", "PodGroup", resized)
     third, _ = reader.read(cache, now=0.0)
     assert third.jobs[0] is not first.jobs[0]
+
+
+def test_a_queue_whose_status_alone_changed_converts_no_podgroup_again() -> None:
+    """The status writer puts a queue's allocation in its status after a cycle that moved it;
+    every PodGroup's job would be converted again if that were a change of the queue tree."""
+    cache = ClusterCache(None)
+    team = queue("team-a", gpu=8)
+    for index, obj in enumerate(
+        [team, node("n1", gpus=8), podgroup("pg", minMember=1), pod("w", gpus=1, group="pg")]
+    ):
+        cache.apply_event(
+            "ADDED", obj["kind"], {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(index)}}
+        )
+    reader = CacheReader("kai-scheduler")
+    first, _ = reader.read(cache, now=0.0)
+    counted = {**team, "metadata": {**team["metadata"], "resourceVersion": "10"}}
+    counted["status"] = {"allocated": {"nvidia.com/gpu": "1"}}
+    assert cache.apply_event("MODIFIED", "Queue", counted)
+    second, _ = reader.read(cache, now=0.0)
+    assert second.jobs[0] is first.jobs[0]
+    assert second.queues == first.queues
+    smaller = {**counted, "metadata": {**team["metadata"], "resourceVersion": "11"}}
+    smaller["spec"] = {**team["spec"], "priority": 7}
+    cache.apply_event("MODIFIED", "Queue", smaller)
+    third, _ = reader.read(cache, now=0.0)
+    assert third.jobs[0] is not first.jobs[0]

@@ -17,7 +17,9 @@ A PodGroup's status is no part of its model: its writers read it from the cache'
 (`kai_ray.cluster.kube.known`), the conversion never does.  A new version that changed nothing
 else (the condition the status writer puts on every pending PodGroup) keeps the model it had and
 is not reported as changed, so it is neither validated nor converted again (issue 35: a burst of
-20,000 pending PodGroups was validated and converted twice each, once for its condition).
+20,000 pending PodGroups was validated and converted twice each, once for its condition).  A
+Queue's status is the same: the status writer puts its allocation there after any cycle that
+moved it, and a Queue reported as changed converts every PodGroup again (their queue tree).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from kai_ray.convert.live import Key, ObjectModel
 __all__ = ["ModelCache"]
 
 
-_UNREAD: Final[Mapping[str, str]] = {"PodGroup": "status"}
+_UNREAD: Final[Mapping[str, str]] = {"PodGroup": "status", "Queue": "status"}
 """Per kind, the part of an object no model reader reads."""
 
 
