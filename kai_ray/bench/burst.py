@@ -19,6 +19,7 @@ the burst plans thousands of pending jobs, as on the dev cluster.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -45,6 +46,7 @@ __all__ = [
     "RssPeak",
     "burst_sizes",
     "create_pods",
+    "delete_burst",
     "pod_body",
     "render",
     "rss_mb",
@@ -103,6 +105,43 @@ def create_pods(
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bench-create") as pool:
         for future in [pool.submit(create, index) for index in range(count)]:
             future.result()
+
+
+def delete_burst(api: Any, namespace: str, timeout: float = WAIT_SECONDS) -> None:
+    """Delete every pod and PodGroup of `namespace`, again while a list still finds one.
+
+    A deletecollection answers with every object it deleted (tens of MB for 20,000 pods), and
+    on a loaded dev cluster that answer broke off midway (`IncompleteRead`), the deletion done
+    or not: so the answer is never read, and the call is repeated until none is left."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    core: Any = client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    group = ("scheduling.run.ai", "v2alpha2", namespace, "podgroups")
+    kinds: list[tuple[Callable[[], Any], Callable[[], Any]]] = [
+        (
+            lambda: core.delete_collection_namespaced_pod(
+                namespace, grace_period_seconds=0, _preload_content=False
+            ),
+            lambda: core.list_namespaced_pod(namespace, limit=1, _preload_content=False),
+        ),
+        (
+            lambda: custom.delete_collection_namespaced_custom_object(*group, _preload_content=False),
+            lambda: custom.list_namespaced_custom_object(*group, limit=1, _preload_content=False),
+        ),
+    ]
+
+    def deleted(delete: Callable[[], Any], first: Callable[[], Any]) -> bool:
+        with contextlib.suppress(ApiException, HTTPError):
+            delete().close()  # closed unread: the deleted objects are not wanted
+        with contextlib.suppress(ApiException, HTTPError):
+            return not json.loads(first().data)["items"]
+        return False
+
+    for delete, first in kinds:
+        _wait(functools.partial(deleted, delete, first), f"every object deleted in {namespace}", timeout)
 
 
 def rss_mb(pid: int) -> float:
@@ -305,10 +344,7 @@ def run_burst_bench(
         result.rss_peak_mb = peak.stop()
         result.cycles = running.cycle_seconds()[cycles_before:]
         say(f"deleting the burst (peak RSS {result.rss_peak_mb:.0f} MB)")
-        core.delete_collection_namespaced_pod(BURST_NAMESPACE, grace_period_seconds=0)
-        client.CustomObjectsApi(api).delete_collection_namespaced_custom_object(
-            "scheduling.run.ai", "v2alpha2", BURST_NAMESPACE, "podgroups"
-        )
+        delete_burst(api, BURST_NAMESPACE)
         _wait(lambda: _cached_pods(running.metrics()) <= len(result.probes), "the cache emptied")
         emptied = len(running.cycle_seconds())
         _wait(lambda: len(running.cycle_seconds()) >= emptied + 2, "two cycles of the emptied cache", 120)

@@ -27,7 +27,7 @@ from kube_serve import Serve, wait_until
 from kube_zone import ZONE_LABEL, Zone
 from kubernetes import client
 
-from kai_ray.bench.burst import CREATE_WORKERS, RssPeak, create_pods, pod_body, rss_mb
+from kai_ray.bench.burst import CREATE_WORKERS, RssPeak, create_pods, delete_burst, pod_body, rss_mb
 from kai_ray.devcluster import DevCluster
 
 pytestmark = pytest.mark.kube
@@ -43,9 +43,10 @@ of the first burst's peak: CPython keeps the arenas a burst fragmented and the n
 them (docs/performance.md says what is kept), so what a burst leaves is bounded, not growing."""
 NON_PREEMPTIBLE = "inference"
 """The priority class of every pod here: no running pod is a victim, so no victim search runs.
-With preemptible pods the engine's victim simulation orders every pending job for each scenario it
-tries, a cost of its own at thousands of pending jobs (docs/performance.md, "A burst of pending
-pods"), not the stall of grouping and status writes this test is about."""
+Preemptible pods in a queue of their own would give no search either (hopeless ones are skipped,
+docs/architecture.md), but the dev cluster is shared: another test's queue with preemptible pods
+would make every pending job here a reclaimer, a cost of its own at thousands of pending jobs,
+not the stall of grouping and status writes this test is about."""
 LINKED = "kai_ray_podgrouper_pods_linked_total"
 DROPPED = "kai_ray_events_dropped_total"
 
@@ -107,10 +108,7 @@ class Burst:
 
     def delete(self, serve: Serve) -> None:
         """Delete the burst's pods and PodGroups, and wait for serve's cache to let them go."""
-        self.core.delete_collection_namespaced_pod(self.zone.name, grace_period_seconds=0)
-        client.CustomObjectsApi(self.core.api_client).delete_collection_namespaced_custom_object(
-            "scheduling.run.ai", "v2alpha2", self.zone.name, "podgroups"
-        )
+        delete_burst(self.core.api_client, self.zone.name, timeout=120)
 
         def let_go() -> bool:
             sizes = scrape(self.url)
