@@ -10,7 +10,7 @@ task by task, or compare each remembered answer with one asked afresh.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import ClassVar
 from unittest import mock
 
@@ -91,6 +91,16 @@ def whole_plan(drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobD
     return (plan.binds, plan.pipelined, plan.evictions, plan.pending_reasons, plan.tasks)
 
 
+def same_plan_the_long_way(
+    drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
+    long_way: AbstractContextManager[object],
+) -> None:
+    """The whole plan with the shortcut is the one made inside `long_way`, which turns it off."""
+    with long_way:
+        expected = whole_plan(drawn)
+    assert whole_plan(drawn) == expected
+
+
 QueueKeyCheck = Callable[[Session, str, Sequence[float], bytes, OrderKey], "bool | None"]
 
 
@@ -120,9 +130,7 @@ def queue_keys_checked(
 def test_remembered_queue_choices_pop_jobs_as_a_fresh_walk_does(
     drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
 ) -> None:
-    with fresh_walks():
-        walked = whole_plan(drawn)
-    assert whole_plan(drawn) == walked
+    same_plan_the_long_way(drawn, fresh_walks())
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -130,9 +138,7 @@ def test_remembered_queue_choices_pop_jobs_as_a_fresh_walk_does(
 def test_jobs_heapified_at_once_pop_as_jobs_pushed_one_by_one(
     drawn: tuple[list[int], list[QueueDraw], list[JobDraw], list[JobDraw]],
 ) -> None:
-    with fresh_walks(OneByOneQueue):
-        pushed = whole_plan(drawn)
-    assert whole_plan(drawn) == pushed
+    same_plan_the_long_way(drawn, fresh_walks(OneByOneQueue))
 
 
 class RecordedQueue(JobQueue):
@@ -173,9 +179,7 @@ def test_skipped_capacity_checks_are_the_ones_that_pass(
         opened(self)
         self._limited = dict.fromkeys(self._limited, True)
 
-    with mock.patch.object(ProportionPlugin, "on_session_open", every_queue_limited):
-        checked = whole_plan(drawn)
-    assert whole_plan(drawn) == checked
+    same_plan_the_long_way(drawn, mock.patch.object(ProportionPlugin, "on_session_open", every_queue_limited))
 
 
 def test_a_limit_on_a_parent_queue_still_stops_a_preemptible_job() -> None:
@@ -592,9 +596,7 @@ def test_no_fit_explanations_remembered_per_shape_are_the_ones_worked_out_afresh
         opened(self, *args, **kwargs)  # type: ignore[arg-type]
         self.no_fit_explanations = Forgetful()  # type: ignore[assignment]
 
-    with mock.patch.object(Session, "__init__", forgetting):
-        afresh = whole_plan(drawn)
-    assert whole_plan(drawn) == afresh
+    same_plan_the_long_way(drawn, mock.patch.object(Session, "__init__", forgetting))
 
 
 def test_a_no_fit_explanation_is_worked_out_again_once_a_node_changed() -> None:
@@ -626,6 +628,14 @@ VICTIM_CHECKS = (
 )
 
 
+@contextmanager
+def every_search_run() -> Iterator[None]:
+    with ExitStack() as stack:
+        for check in VICTIM_CHECKS:
+            stack.enter_context(mock.patch(check, lambda session, jobs: True))
+        yield
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios)
 def test_victim_searches_skipped_as_hopeless_are_ones_that_find_nothing(
@@ -633,8 +643,4 @@ def test_victim_searches_skipped_as_hopeless_are_ones_that_find_nothing(
 ) -> None:
     """With every action's search run in queue order whatever its check says, the plan (binds,
     evictions, every pending reason) is the same."""
-    with ExitStack() as stack:
-        for check in VICTIM_CHECKS:
-            stack.enter_context(mock.patch(check, lambda session, jobs: True))
-        searched = whole_plan(drawn)
-    assert whole_plan(drawn) == searched
+    same_plan_the_long_way(drawn, every_search_run())
