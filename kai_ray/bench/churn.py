@@ -20,7 +20,7 @@ from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.planner import CyclePlanner
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.plan import Plan
-from kai_ray.server.gc_tuning import freeze_what_lives, tune_gc_for_serving
+from kai_ray.gc_tuning import freeze_what_lives, tune_gc_for_serving
 
 __all__ = ["ChurnRuns", "run_churn"]
 

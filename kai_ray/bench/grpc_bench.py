@@ -327,7 +327,7 @@ def run_grpc_bench(
     progress: Callable[[str], None] = lambda _line: None,
 ) -> GrpcBenchResult:
     """The whole benchmark; see the module docstring.  Raises ValueError for a shape it cannot run."""
-    from kai_ray.server.gc_tuning import tune_gc_for_serving
+    from kai_ray.gc_tuning import tune_gc_for_serving
     from kai_ray.server.grpc_api import start_grpc_server
     from kai_ray.service.api import SchedulerService
     from kai_ray.service.sim_backend import SimBackend

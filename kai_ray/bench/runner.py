@@ -25,8 +25,8 @@ from kai_ray.bench.shapes import build_shape
 from kai_ray.collector import collection_paused
 from kai_ray.distributed.executor import Executor
 from kai_ray.engine.cycle import open_session, run_actions
+from kai_ray.gc_tuning import freeze_what_lives
 from kai_ray.model.snapshot import Snapshot, compile_snapshot
-from kai_ray.server.gc_tuning import freeze_what_lives
 from kai_ray.split.cycle import SplitCycles, SplitTiming
 
 

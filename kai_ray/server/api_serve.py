@@ -14,8 +14,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from kai_ray.gc_tuning import tune_gc_for_serving
 from kai_ray.server.endpoints import Health
-from kai_ray.server.gc_tuning import tune_gc_for_serving
 from kai_ray.server.grpc_api import GrpcStartError, RunningServer, SchedulerServiceLike, start_grpc_server
 from kai_ray.server.grpc_auth import AuthConfigError, TlsConfig, TokenTable, load_token_file
 from kai_ray.server.logs import configure_logging

@@ -55,9 +55,9 @@ from kai_ray.distributed.executor import CountsShardFaults, Executor
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.engine.session import Session
+from kai_ray.gc_tuning import freeze_what_lives
 from kai_ray.model.objects import ClusterState
 from kai_ray.server.endpoints import Health
-from kai_ray.server.gc_tuning import freeze_what_lives
 from kai_ray.server.grouping_passes import GroupingPasses
 from kai_ray.server.memory import ShrinkTrimmer
 from kai_ray.server.metrics import EvictedPodGroup, SchedulerMetrics

@@ -42,8 +42,8 @@ from kai_ray.cluster.kube.permissions import (
     missing_permissions,
 )
 from kai_ray.distributed.executor import Executor
+from kai_ray.gc_tuning import tune_gc_for_serving
 from kai_ray.server.endpoints import Endpoints, Health
-from kai_ray.server.gc_tuning import tune_gc_for_serving
 from kai_ray.server.logs import configure_logging
 from kai_ray.server.metrics import SchedulerMetrics
 from kai_ray.server.scheduler import (

@@ -20,9 +20,9 @@ from kai_ray.api.config import SchedulerConfig
 from kai_ray.collector import collection_paused, hold_collection, release_collection
 from kai_ray.distributed.partitions import partitions_for
 from kai_ray.fairshare.usage import QueueUsage
+from kai_ray.gc_tuning import freeze_what_lives
 from kai_ray.model.objects import HeldPod, JobSpec, QueueSpec, TopologySpec
 from kai_ray.model.snapshot import NodeTable, Snapshot
-from kai_ray.server.gc_tuning import freeze_what_lives
 from kai_ray.split.basis import QueueSums, part_basis, queue_sums, survey
 from kai_ray.split.deal import ClusterLoad, Deal, deal, must_free
 from kai_ray.split.part import PartAnswer, run_part

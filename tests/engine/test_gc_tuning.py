@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from kai_ray.server.gc_tuning import YOUNG_COLLECTION_THRESHOLD
+from kai_ray.gc_tuning import YOUNG_COLLECTION_THRESHOLD
 
 pytestmark = pytest.mark.unit
 
 PROBE = """
 import gc
-from kai_ray.server.gc_tuning import tune_gc_for_serving
+from kai_ray.gc_tuning import tune_gc_for_serving
 before = gc.get_threshold()
 tune_gc_for_serving()
 print(before[0], gc.get_threshold()[0], gc.get_threshold()[1:] == before[1:], gc.get_freeze_count() > 0)
@@ -32,7 +32,7 @@ def test_serving_freezes_start_up_objects_and_collects_young_ones_less_often() -
 
 FREEZE_PROBE = """
 import gc, weakref
-from kai_ray.server.gc_tuning import freeze_what_lives
+from kai_ray.gc_tuning import freeze_what_lives
 class Node: pass
 garbage = Node(); garbage.me = garbage; gone = weakref.ref(garbage); del garbage
 kept = Node()
