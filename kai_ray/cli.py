@@ -216,10 +216,10 @@ def _load(path: Path, cycles: int | None, config_file: Path | None, usage: _Usag
 
 
 def _simulate_pools(loaded: _Loaded, executor: ExecutorName, ray_address: str | None, output: Output) -> None:
-    """`simulate --shard-by node-pool`: each pool's shard on its own (kai_ray.cluster.pool_runner)."""
-    from kai_ray.cluster.pool_runner import LocalPoolRunner, PoolRunner, RayPoolRunner, simulate_pools
+    """`simulate --shard-by node-pool`: each pool's shard on its own (kai_ray.split.pool_runner)."""
     from kai_ray.model.pools import off_pool_tasks
     from kai_ray.report.pools import render_pools_json, render_pools_table
+    from kai_ray.split.pool_runner import LocalPoolRunner, PoolRunner, RayPoolRunner, simulate_pools
 
     if loaded.recorder is not None:
         _fail(["--shard-by node-pool: time-based fair share (usage) is not supported per node pool yet"])

@@ -19,7 +19,12 @@ from rich.table import Table
 
 from kai_ray.api.constants import NODE_POOL_LABEL
 from kai_ray.bench.shapes import build_shape
-from kai_ray.cluster.pool_runner import (
+from kai_ray.engine.cycle import schedule
+from kai_ray.engine.plan import Plan
+from kai_ray.model.objects import ClusterState
+from kai_ray.model.pools import pool_names
+from kai_ray.model.snapshot import compile_snapshot
+from kai_ray.split.pool_runner import (
     LocalPoolRunner,
     PoolCycle,
     PoolRunner,
@@ -27,11 +32,6 @@ from kai_ray.cluster.pool_runner import (
     schedule_pool,
     schedule_pools,
 )
-from kai_ray.engine.cycle import schedule
-from kai_ray.engine.plan import Plan
-from kai_ray.model.objects import ClusterState
-from kai_ray.model.pools import pool_names
-from kai_ray.model.snapshot import compile_snapshot
 
 WHOLE = "whole cluster, in-process"
 POOLS_LOCAL = "pools, in-process in turn"

@@ -20,7 +20,10 @@ from typer.testing import CliRunner
 from kai_ray.api.constants import NODE_POOL_LABEL
 from kai_ray.bench.shapes import build_shape
 from kai_ray.cli import app
-from kai_ray.cluster.pool_runner import (
+from kai_ray.engine.plan import Plan
+from kai_ray.model.objects import ClusterState
+from kai_ray.model.pools import split_by_pool
+from kai_ray.split.pool_runner import (
     LocalPoolRunner,
     PoolCycle,
     RayPoolRunner,
@@ -28,9 +31,6 @@ from kai_ray.cluster.pool_runner import (
     schedule_pool,
     schedule_pools,
 )
-from kai_ray.engine.plan import Plan
-from kai_ray.model.objects import ClusterState
-from kai_ray.model.pools import split_by_pool
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("local_ray")]
 

@@ -20,17 +20,17 @@ from random_clusters import (
 )
 
 from kai_ray.api.constants import NODE_POOL_LABEL
-from kai_ray.cluster.pool_runner import (
-    LocalPoolRunner,
-    merge_plans,
-    schedule_pools,
-    simulate_pools,
-)
 from kai_ray.engine.cycle import schedule
 from kai_ray.engine.plan import Bind, Plan
 from kai_ray.engine.reasons import PendingCause
 from kai_ray.model.objects import ClusterState, TaskStatus
 from kai_ray.model.snapshot import compile_snapshot
+from kai_ray.split.pool_runner import (
+    LocalPoolRunner,
+    merge_plans,
+    schedule_pools,
+    simulate_pools,
+)
 
 pytestmark = pytest.mark.unit
 
