@@ -21,7 +21,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,7 @@ from kai_ray.cluster.kube.fence import NotLeader
 from kai_ray.cluster.kube.grouping import PodGrouper
 from kai_ray.cluster.kube.known import KnownObjects
 from kai_ray.cluster.kube.leader import LeaderElector, Standing
-from kai_ray.cluster.kube.planner import CyclePlanner
+from kai_ray.cluster.kube.planner import CycleListener, CyclePlanner, PlannedCycle
 from kai_ray.cluster.kube.reporting import ProblemReporter
 from kai_ray.cluster.kube.status import (
     EventWriter,
@@ -157,25 +157,6 @@ class CycleOutcome:
             ("binds under way", bound.outcomes or bound.timed_out or self.waiting),
         )
         return next((name for name, present in reasons if present), None)
-
-
-@dataclass(frozen=True)
-class PlannedCycle:
-    """What one finished cycle saw and decided, for readers outside the loop (the gRPC API's
-    Kubernetes backend): the converted state, the engine's end state and the plan.
-
-    Published only after the cycle's writes (BindRequests, binding, status) were sent, so a
-    reader that sees the record also finds those writes on their way into the cache.
-    """
-
-    number: int
-    state: ClusterState
-    session: Session
-    plan: Plan
-    problems: list[ManifestProblem]
-
-
-CycleListener = Callable[[PlannedCycle], None]
 
 
 @dataclass

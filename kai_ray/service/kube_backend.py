@@ -54,8 +54,8 @@ from kai_ray.api.constants import PODGROUP_API_VERSION, SCHEDULER_NAME
 from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.fence import FencedApiClient, NotLeader
 from kai_ray.cluster.kube.models import ModelCache
+from kai_ray.cluster.kube.planner import CycleListener, PlannedCycle
 from kai_ray.cluster.kube.snapshot import SOURCE
-from kai_ray.server.scheduler import CycleListener, PlannedCycle
 from kai_ray.service.backend import (
     BackendView,
     CycleRecord,

@@ -19,7 +19,7 @@ from service_builders import NOW, cluster, gpu_job
 
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.cluster.kube.cache import ClusterCache
-from kai_ray.server.scheduler import CycleListener
+from kai_ray.cluster.kube.planner import CycleListener
 from kai_ray.service.api import SchedulerService
 from kai_ray.service.caller import ANYONE
 from kai_ray.service.errors import ErrorCode, ServiceError

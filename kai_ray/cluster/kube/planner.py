@@ -3,12 +3,15 @@
 Apart from the loop that writes (`kai_ray.server.scheduler`) so that the churn benchmark times
 exactly the scheduler's reading and deciding, in process, and so that what is remembered between
 cycles to make reading and deciding cost what changed (models, compiled jobs, session jobs)
-lives in one place.
+lives in one place.  What a finished cycle saw and decided (`PlannedCycle`) is published from
+here too, so its readers (the gRPC API's Kubernetes backend) depend on this room, not on the
+loop's process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from kai_ray.api import ManifestProblem
 from kai_ray.api.config import SchedulerConfig
@@ -25,7 +28,26 @@ from kai_ray.fairshare.usage import QueueUsage
 from kai_ray.model.objects import ClusterState
 from kai_ray.model.snapshot import SnapshotCompiler
 
-__all__ = ["CyclePlanner"]
+__all__ = ["CycleListener", "CyclePlanner", "PlannedCycle"]
+
+
+@dataclass(frozen=True)
+class PlannedCycle:
+    """What one finished cycle saw and decided, for readers outside the loop (the gRPC API's
+    Kubernetes backend): the converted state, the engine's end state and the plan.
+
+    Published only after the cycle's writes (BindRequests, binding, status) were sent, so a
+    reader that sees the record also finds those writes on their way into the cache.
+    """
+
+    number: int
+    state: ClusterState
+    session: Session
+    plan: Plan
+    problems: list[ManifestProblem]
+
+
+CycleListener = Callable[[PlannedCycle], None]
 
 
 class CyclePlanner:
