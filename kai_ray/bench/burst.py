@@ -95,7 +95,7 @@ def create_pods(
     (no client models built): about 300 pods/s on a 2-core dev cluster."""
     from kubernetes import client
 
-    from kai_ray.cluster.kube.status import discard
+    from kai_ray.cluster.kube.calls import discard
 
     core: Any = client.CoreV1Api(api)
 

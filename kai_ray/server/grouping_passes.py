@@ -23,10 +23,11 @@ from collections.abc import Callable
 from typing import Final
 
 from kai_ray.cluster.kube.cache import ClusterCache
+from kai_ray.cluster.kube.calls import api_error_message
+from kai_ray.cluster.kube.events import EventWriter
 from kai_ray.cluster.kube.failures import API_FAILURES
 from kai_ray.cluster.kube.fence import NotLeader
 from kai_ray.cluster.kube.grouping import GroupingResult, PodGrouper, log_grouping
-from kai_ray.cluster.kube.status import EventWriter, api_error_message
 
 __all__ = ["GroupingPasses"]
 

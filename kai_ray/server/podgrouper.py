@@ -19,10 +19,10 @@ from prometheus_client import CollectorRegistry
 
 from kai_ray import __version__
 from kai_ray.cluster.kube.cache import ClusterCache
+from kai_ray.cluster.kube.events import EventWriter
 from kai_ray.cluster.kube.grouping import PodGrouper
 from kai_ray.cluster.kube.leader import LeaderElector, LeaseTiming, Standing, lease_name
 from kai_ray.cluster.kube.permissions import OWNER_READ_PERMISSIONS, PODGROUPER_PERMISSIONS
-from kai_ray.cluster.kube.status import EventWriter
 from kai_ray.server.endpoints import Health
 from kai_ray.server.grouping_passes import GroupingPasses
 from kai_ray.server.logs import configure_logging

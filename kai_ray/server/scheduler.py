@@ -34,6 +34,8 @@ from kai_ray.cluster.kube.bind_mode import BindMode
 from kai_ray.cluster.kube.bind_request_cleanup import CleanupResult, delete_stale_bind_requests
 from kai_ray.cluster.kube.binder import Binder, BindPassResult
 from kai_ray.cluster.kube.cache import ClusterCache
+from kai_ray.cluster.kube.calls import OperationError, api_error_message, split_job_key
+from kai_ray.cluster.kube.events import EventWriter
 from kai_ray.cluster.kube.failures import API_FAILURES
 from kai_ray.cluster.kube.fence import NotLeader
 from kai_ray.cluster.kube.grouping import PodGrouper
@@ -41,15 +43,7 @@ from kai_ray.cluster.kube.known import KnownObjects
 from kai_ray.cluster.kube.leader import LeaderElector, Standing
 from kai_ray.cluster.kube.planner import CycleListener, CyclePlanner, PlannedCycle
 from kai_ray.cluster.kube.reporting import ProblemReporter
-from kai_ray.cluster.kube.status import (
-    EventWriter,
-    OperationError,
-    PodGroupRef,
-    StatusWriter,
-    api_error_message,
-    queue_usage_from_book,
-    split_job_key,
-)
+from kai_ray.cluster.kube.status import PodGroupRef, StatusWriter, queue_usage_from_book
 from kai_ray.collector import collection_paused
 from kai_ray.distributed.executor import CountsShardFaults, Executor
 from kai_ray.engine.plan import Plan

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from kai_ray.cluster.kube.announce import BURST_PODGROUPS, announce_binds
-from kai_ray.cluster.kube.status import ObjectRef, PodGroupRef
+from kai_ray.cluster.kube.events import ObjectRef
+from kai_ray.cluster.kube.status import PodGroupRef
 from kai_ray.engine.plan import Bind, Plan
 
 pytestmark = pytest.mark.unit

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
+from kai_ray.cluster.kube.events import EventWriter, ObjectRef
 from kai_ray.cluster.kube.fence import FencedApiClient, Leadership
-from kai_ray.cluster.kube.status import EventWriter, ObjectRef
 
 pytestmark = pytest.mark.unit
 

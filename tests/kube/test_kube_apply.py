@@ -22,8 +22,8 @@ from kai_ray.api import BindRequest
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.cluster.kube.apply import apply_plan, bind_request_body, received_gpu
 from kai_ray.cluster.kube.binder import Binder
+from kai_ray.cluster.kube.events import EventWriter
 from kai_ray.cluster.kube.status import (
-    EventWriter,
     PodGroupRef,
     StatusWriter,
     desired_conditions,

@@ -23,9 +23,9 @@ from kubernetes import client, config
 
 from kai_ray import devcluster
 from kai_ray.cluster.kube.cache import ClusterCache
+from kai_ray.cluster.kube.events import EventWriter
 from kai_ray.cluster.kube.grouping import PODGROUPER_WARNING
 from kai_ray.cluster.kube.snapshot import snapshot
-from kai_ray.cluster.kube.status import EventWriter
 from kai_ray.devcluster import DevCluster
 
 pytestmark = pytest.mark.kube

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kai_ray.cluster.kube.status import EventWriter, PodGroupRef, StatusWriter
+from kai_ray.cluster.kube.events import EventWriter
+from kai_ray.cluster.kube.status import PodGroupRef, StatusWriter
 from kai_ray.engine.plan import Plan, TaskState
 from kai_ray.engine.reasons import PendingCause, PendingReason
 from kai_ray.model.objects import TaskStatus

@@ -24,8 +24,8 @@ from kubernetes import client
 
 from kai_ray.api import SourcedObject, load_sourced_objects
 from kai_ray.cluster.kube.cache import ClusterCache
+from kai_ray.cluster.kube.events import EventWriter
 from kai_ray.cluster.kube.snapshot import snapshot
-from kai_ray.cluster.kube.status import EventWriter
 from kai_ray.convert import cluster_from_manifest_set
 from kai_ray.model.objects import ClusterState, HeldPod, JobSpec, TaskSpec
 

@@ -7,7 +7,7 @@ import threading
 import pytest
 from prometheus_client import generate_latest
 
-from kai_ray.cluster.kube.status import EventWriter, ObjectRef
+from kai_ray.cluster.kube.events import EventWriter, ObjectRef
 from kai_ray.server.metrics import SchedulerMetrics
 
 pytestmark = pytest.mark.unit

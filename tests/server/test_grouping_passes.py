@@ -12,9 +12,9 @@ import urllib3
 from manifest_builders import pod
 
 from kai_ray.cluster.kube.cache import ClusterCache
+from kai_ray.cluster.kube.events import EventWriter
 from kai_ray.cluster.kube.fence import NotLeader
 from kai_ray.cluster.kube.grouping import GroupingResult
-from kai_ray.cluster.kube.status import EventWriter
 from kai_ray.server.grouping_passes import GroupingPasses
 
 pytestmark = pytest.mark.unit

@@ -13,7 +13,9 @@ from collections.abc import Collection, Mapping
 
 from kai_ray.api.constants import DEFAULT_NAMESPACE, QUEUE_API_VERSION
 from kai_ray.cluster.kube.apply import pod_key
-from kai_ray.cluster.kube.status import EventWriter, ObjectRef, PodGroupRef, split_job_key
+from kai_ray.cluster.kube.calls import split_job_key
+from kai_ray.cluster.kube.events import EventWriter, ObjectRef
+from kai_ray.cluster.kube.status import PodGroupRef
 from kai_ray.engine.plan import Bind, Plan
 
 __all__ = ["BURST_PODGROUPS", "announce_binds"]

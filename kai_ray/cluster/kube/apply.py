@@ -54,22 +54,23 @@ from kai_ray.api.constants import (
     SELECTED_NODE_ANNOTATION,
     SELECTED_NODE_LABEL,
 )
-from kai_ray.cluster.kube.failures import API_FAILURES
-from kai_ray.cluster.kube.job_marks import JobMarks, job_marks, newly_stale
-from kai_ray.cluster.kube.status import (
+from kai_ray.cluster.kube.calls import (
+    BINDREQUEST_VERSION,
+    BINDREQUESTS,
     MERGE_PATCH,
     PODGROUP_VERSION,
     PODGROUPS,
     CustomObjects,
-    EventWriter,
-    ObjectRef,
     OperationError,
-    Tally,
     api_error_message,
     discard,
     run_bounded,
     split_job_key,
 )
+from kai_ray.cluster.kube.events import EventWriter, ObjectRef
+from kai_ray.cluster.kube.failures import API_FAILURES
+from kai_ray.cluster.kube.job_marks import JobMarks, job_marks, newly_stale
+from kai_ray.cluster.kube.status import Tally
 from kai_ray.engine.plan import Bind, Eviction, Plan
 from kai_ray.model.objects import ClusterState
 
@@ -77,8 +78,6 @@ if TYPE_CHECKING:
     from kai_ray.cluster.kube.binder import BindOutcome
 
 __all__ = [
-    "BINDREQUESTS",
-    "BINDREQUEST_VERSION",
     "POD_NAME_LABEL",
     "ApplyResult",
     "BlockedEviction",
@@ -89,8 +88,6 @@ __all__ = [
     "received_gpu",
 ]
 
-BINDREQUESTS = "bindrequests"
-BINDREQUEST_VERSION = BINDREQUEST_API_VERSION.split("/")[1]
 POD_NAME_LABEL = "pod-name"
 """KAI's scheduler also labels each BindRequest with its pod's name (pkg/scheduler/cache/cache.go)."""
 

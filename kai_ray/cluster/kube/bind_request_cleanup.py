@@ -22,10 +22,17 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kai_ray.api.constants import SCHEDULING_GROUP
-from kai_ray.cluster.kube.apply import BINDREQUEST_VERSION, BINDREQUESTS
 from kai_ray.cluster.kube.binder import bind_request_failed
 from kai_ray.cluster.kube.cache import ClusterCache
-from kai_ray.cluster.kube.status import OperationError, Tally, api_error_message, discard, run_bounded
+from kai_ray.cluster.kube.calls import (
+    BINDREQUEST_VERSION,
+    BINDREQUESTS,
+    OperationError,
+    api_error_message,
+    discard,
+    run_bounded,
+)
+from kai_ray.cluster.kube.status import Tally
 
 __all__ = ["CleanupResult", "delete_stale_bind_requests", "stale_bind_requests"]
 

@@ -54,18 +54,18 @@ from kai_ray.api.constants import (
     RECEIVED_RESOURCE_TYPE_ANNOTATION,
     SCHEDULING_GROUP,
 )
-from kai_ray.cluster.kube.apply import BINDREQUEST_VERSION, BINDREQUESTS
-from kai_ray.cluster.kube.status import (
+from kai_ray.cluster.kube.calls import (
+    BINDREQUEST_VERSION,
+    BINDREQUESTS,
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
     CustomObjects,
-    EventWriter,
-    ObjectRef,
     api_error_message,
     discard,
     now_utc,
     rfc3339,
 )
+from kai_ray.cluster.kube.events import EventWriter, ObjectRef
 
 __all__ = ["BindOutcome", "BindPassResult", "Binder", "bind_request_failed", "gpu_group_labels"]
 

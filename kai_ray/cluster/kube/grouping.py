@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from kai_ray.cluster.kube.cache import ClusterCache
-from kai_ray.cluster.kube.status import EventWriter
+from kai_ray.cluster.kube.events import EventWriter
 
 __all__ = ["PODGROUPER_WARNING", "GroupingResult", "PodGrouper", "log_grouping"]
 

@@ -17,7 +17,7 @@ from kai_ray.api.constants import (
     LAST_START_TIMESTAMP_ANNOTATION,
     STALE_PODGROUP_TIMESTAMP_ANNOTATION,
 )
-from kai_ray.cluster.kube.status import rfc3339
+from kai_ray.cluster.kube.calls import rfc3339
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.reasons import EvictionCause
 

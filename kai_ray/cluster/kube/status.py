@@ -15,25 +15,19 @@ with what was written last.  The memory lives in a `StatusWriter` (one per
 scheduler process); after a restart the first cycle re-sends one Event per
 object, which is harmless.
 
-The small Kubernetes helpers the binder and the plan applier share (Events,
-status patches, job keys) live here too, so those modules stay thin.
+The Events themselves are written by `kai_ray.cluster.kube.events`, and the API-call helpers
+every writer shares live in `kai_ray.cluster.kube.calls`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import functools
-import json
 import logging
-import queue
-import secrets
 import threading
-import time
-from collections.abc import Callable, Collection, Container, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client import ApiClient
@@ -42,15 +36,27 @@ from kubernetes.client.exceptions import ApiException
 from kai_ray.api.constants import (
     DEFAULT_NAMESPACE,
     DEFAULT_NODE_POOL,
-    PODGROUP_API_VERSION,
-    QUEUE_API_VERSION,
     RESOURCE_CPU,
     RESOURCE_GPU,
     RESOURCE_MEMORY,
     SCHEDULER_NAME,
-    SCHEDULING_GROUP,
 )
-from kai_ray.cluster.kube.fence import NotLeader
+from kai_ray.cluster.kube.calls import (
+    PODGROUP_VERSION,
+    PODGROUPS,
+    QUEUE_VERSION,
+    QUEUES,
+    STRATEGIC_MERGE_PATCH,
+    CustomObjects,
+    OperationError,
+    api_error_message,
+    discard,
+    now_utc,
+    rfc3339,
+    run_bounded,
+    split_job_key,
+)
+from kai_ray.cluster.kube.events import EventWriter, ObjectRef
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.reasons import PendingReason
 from kai_ray.model.objects import ACTIVE_ALLOCATED, TaskStatus
@@ -58,17 +64,12 @@ from kai_ray.model.objects import ACTIVE_ALLOCATED, TaskStatus
 __all__ = [
     "CONDITION_UNSCHEDULABLE_ON_NODE_POOL",
     "REASON_UNSCHEDULABLE",
-    "CustomObjects",
-    "EventWriter",
-    "ObjectRef",
-    "OperationError",
     "PodGroupRef",
     "StatusResult",
     "StatusWriter",
     "desired_conditions",
     "mark_pod_unschedulable",
     "queue_usage_from_book",
-    "split_job_key",
     "write_podgroup_status",
     "write_queue_status",
 ]
@@ -80,396 +81,11 @@ CONDITION_UNSCHEDULABLE_ON_NODE_POOL = "UnschedulableOnNodePool"
 REASON_UNSCHEDULABLE = "Unschedulable"
 """Deprecated-but-written `reason` of a scheduling condition, and the Event reason for pending jobs."""
 
-PODGROUP_VERSION = PODGROUP_API_VERSION.split("/")[1]
-QUEUE_VERSION = QUEUE_API_VERSION.split("/")[1]
-PODGROUPS = "podgroups"
-QUEUES = "queues"
-
-MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 
 #: Task statuses after which a job counts as placed for condition purposes: its BindRequest
 #: exists or it runs.  Pipelined pods still wait for capacity, so a job with one keeps its condition.
 _PLACED = frozenset({TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
 _WAITING = frozenset({TaskStatus.PENDING, TaskStatus.GATED, TaskStatus.PIPELINED})
-
-
-# --------------------------------------------------------------------------------------------
-# Small shared helpers
-
-
-@dataclass(frozen=True)
-class OperationError:
-    """One API call that failed: what was being done, to which object, and the server's answer."""
-
-    operation: str
-    object: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.operation} {self.object}: {self.message}"
-
-
-def split_job_key(key: str) -> tuple[str, str]:
-    """``"ns/name"`` → ``("ns", "name")``; a bare name (simulator jobs) lives in ``default``."""
-    namespace, sep, name = key.partition("/")
-    return (namespace, name) if sep else (DEFAULT_NAMESPACE, key)
-
-
-def now_utc() -> _dt.datetime:
-    return _dt.datetime.now(_dt.UTC)
-
-
-def rfc3339(moment: _dt.datetime) -> str:
-    """Kubernetes' timestamp form (second precision, ``Z``), as KAI writes its annotations."""
-    return moment.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def api_error_message(exc: BaseException) -> str:
-    """The human part of an API error (the server's Status message when there is one)."""
-    if isinstance(exc, ApiException):
-        body = exc.body
-        if isinstance(body, bytes | bytearray):
-            body = body.decode(errors="replace")
-        if isinstance(body, str) and body:
-            try:
-                status = json.loads(body)
-            except ValueError:
-                return f"{exc.status} {exc.reason}: {body[:300]}"
-            if isinstance(status, dict) and status.get("message"):
-                return f"{exc.status} {status.get('reason') or exc.reason}: {status['message']}"
-        return f"{exc.status} {exc.reason}"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def is_status(exc: BaseException, *codes: int) -> bool:
-    return isinstance(exc, ApiException) and exc.status in codes
-
-
-def discard(response: object) -> None:
-    """Release a raw (``_preload_content=False``) response so its connection returns to the pool."""
-    release = getattr(response, "release_conn", None)
-    drain = getattr(response, "drain_conn", None)
-    if callable(drain):
-        drain()
-    if callable(release):
-        release()
-
-
-def run_bounded(calls: Sequence[Callable[[], None]], concurrency: int) -> None:
-    """Run independent API calls with at most ``concurrency`` in flight; returns when all ended.
-
-    Each call records its own outcome (callers guard them so they never raise); a thread pool rather
-    than asyncio because the kubernetes client is synchronous.  One call runs inline, which
-    keeps the common small cycle free of thread start-up cost.
-    """
-    if not calls:
-        return
-    if len(calls) == 1 or concurrency <= 1:
-        for call in calls:
-            call()
-        return
-    with ThreadPoolExecutor(max_workers=min(concurrency, len(calls)), thread_name_prefix="kai-apply") as pool:
-        for future in [pool.submit(call) for call in calls]:
-            future.result()
-
-
-class CustomObjects:
-    """Custom-object calls with the status-subresource check done once per resource.
-
-    KAI's CRDs all have a ``status`` subresource, so status must go through ``/status`` (a
-    patch of the main resource silently drops it).  A CRD without one (an older or
-    hand-written install) answers 404 on ``/status``; then the main resource is patched and
-    that answer is remembered for the rest of the process.
-    """
-
-    def __init__(self, api: ApiClient) -> None:
-        self.api = client.CustomObjectsApi(api)
-        self._no_status_subresource: set[str] = set()
-        self._lock = threading.Lock()
-
-    def get(self, plural: str, version: str, namespace: str | None, name: str) -> dict[str, Any]:
-        if namespace is None:
-            obj = self.api.get_cluster_custom_object(SCHEDULING_GROUP, version, plural, name)
-        else:
-            obj = self.api.get_namespaced_custom_object(SCHEDULING_GROUP, version, namespace, plural, name)
-        return cast(dict[str, Any], obj)
-
-    def patch_status(
-        self, plural: str, version: str, namespace: str | None, name: str, body: Mapping[str, Any]
-    ) -> None:
-        """Merge-patch ``body`` (``{"status": ...}``) into the object's status."""
-        if plural not in self._no_status_subresource:
-            try:
-                discard(self._patch(plural, version, namespace, name, body, status=True))
-                return
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-            # 404: either the object is gone or the CRD has no status subresource; the main
-            # resource tells which (it 404s too when the object is gone).
-            discard(self._patch(plural, version, namespace, name, body, status=False))
-            with self._lock:
-                self._no_status_subresource.add(plural)
-            log.info("CRD %s.%s has no status subresource; patching status on the object", plural, version)
-            return
-        discard(self._patch(plural, version, namespace, name, body, status=False))
-
-    def patch(self, plural: str, version: str, namespace: str | None, name: str, body: Any) -> dict[str, Any]:
-        """Patch the object itself; returns it as the server stored it (for the cache to observe)."""
-        response = self._patch(plural, version, namespace, name, body, status=False)
-        try:
-            return cast(dict[str, Any], json.loads(response.data))
-        finally:
-            discard(response)
-
-    def _patch(
-        self, plural: str, version: str, namespace: str | None, name: str, body: Any, *, status: bool
-    ) -> Any:
-        """The raw response (`_preload_content=False`): the caller reads or `discard`s it."""
-        content_type = JSON_PATCH if isinstance(body, list) else MERGE_PATCH
-        kwargs: dict[str, Any] = {"_content_type": content_type, "_preload_content": False}
-        group = SCHEDULING_GROUP
-        if namespace is None:
-            if status:
-                resp = self.api.patch_cluster_custom_object_status(
-                    group, version, plural, name, body, **kwargs
-                )
-            else:
-                resp = self.api.patch_cluster_custom_object(group, version, plural, name, body, **kwargs)
-        elif status:
-            resp = self.api.patch_namespaced_custom_object_status(
-                group, version, namespace, plural, name, body, **kwargs
-            )
-        else:
-            resp = self.api.patch_namespaced_custom_object(
-                group, version, namespace, plural, name, body, **kwargs
-            )
-        return resp
-
-
-# --------------------------------------------------------------------------------------------
-# Events
-
-
-@dataclass(frozen=True)
-class ObjectRef:
-    """What an Event is about.  ``uid`` makes it show in ``kubectl describe``; it may be empty."""
-
-    kind: str
-    namespace: str
-    name: str
-    uid: str = ""
-    api_version: str = "v1"
-
-    @classmethod
-    def pod(cls, namespace: str, name: str, uid: str = "") -> ObjectRef:
-        return cls("Pod", namespace, name, uid, "v1")
-
-    @classmethod
-    def podgroup(cls, namespace: str, name: str, uid: str = "") -> ObjectRef:
-        return cls("PodGroup", namespace, name, uid, PODGROUP_API_VERSION)
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True)
-class _QueuedEvent:
-    key: tuple[str, str, str]
-    value: tuple[str, str, str]
-    namespace: str
-    event: Mapping[str, Any]
-
-
-class EventWriter:
-    """Writes core/v1 Events the way client-go's recorder does, minus its aggregation.
-
-    ``dedupe=True`` on `record` suppresses an Event identical (type, reason, message) to the
-    last one sent for the same object: the scheduler re-explains every pending job every
-    second, and an Event per second per job would flood etcd.  Memory is per object and
-    bounded by the number of objects seen; `forget` drops objects that are gone.
-
-    ``background=True`` makes `record` queue the Event and return at once; one writer
-    thread sends the queue in order, as client-go's broadcaster does for KAI's scheduler
-    and binder.  Events are then best effort, as in Kubernetes: a failed write is logged
-    (and forgotten by dedupe, so the next identical `record` sends it again), and beyond
-    ``max_queued`` waiting Events new ones are dropped and counted in ``dropped``.  A burst
-    of binds thus never waits for its Events, which matters most when the API server is
-    the bottleneck.  `flush` waits for the queue; `close` flushes and stops the writer.
-    """
-
-    def __init__(
-        self,
-        api: ApiClient,
-        *,
-        component: str = SCHEDULER_NAME,
-        background: bool = False,
-        max_queued: int = 20_000,
-    ) -> None:
-        self.core = client.CoreV1Api(api)
-        self.component = component
-        self.background = background
-        self.dropped = 0
-        self._last: dict[tuple[str, str, str], tuple[str, str, str]] = {}
-        self._lock = threading.Lock()
-        self._queue: queue.Queue[_QueuedEvent | None] = queue.Queue(maxsize=max_queued)
-        self._writer: threading.Thread | None = None
-
-    def record(
-        self,
-        ref: ObjectRef,
-        event_type: str,
-        reason: str,
-        message: str,
-        *,
-        annotations: Mapping[str, str] | None = None,
-        dedupe: bool = False,
-    ) -> bool:
-        """Create the Event; False when it was a suppressed duplicate.
-
-        Synchronous writers let API errors propagate.  A background writer returns True once
-        the Event is queued (False if the queue is full and it was dropped) and logs failures.
-        """
-        key = (ref.kind, ref.namespace, ref.name)
-        value = (event_type, reason, message)
-        if dedupe:
-            with self._lock:
-                if self._last.get(key) == value:
-                    return False
-        now = rfc3339(now_utc())
-        involved = {
-            "apiVersion": ref.api_version,
-            "kind": ref.kind,
-            "name": ref.name,
-            "namespace": ref.namespace,
-        }
-        if ref.uid:
-            involved["uid"] = ref.uid
-        metadata: dict[str, Any] = {
-            # client-go's naming, <object>.<hex nanoseconds>, plus a random tail because
-            # several Events about one object can be written in the same instant here.
-            "name": f"{ref.name[:200]}.{time.time_ns():x}{secrets.token_hex(2)}",
-            "namespace": ref.namespace,
-        }
-        if annotations:
-            metadata["annotations"] = dict(annotations)
-        # Wire form, not a CoreV1Event model: the client's model round trip costs more CPU than
-        # the request itself, and the scheduler writes one or two Events per pod it places.
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": metadata,
-            "involvedObject": involved,
-            "reason": reason,
-            "message": message[:1024],  # the API server caps Event messages; KAI's are short too
-            "type": event_type,
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "reportingInstance": self.component,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        if not self.background:
-            self._send(ref.namespace, event)
-            with self._lock:
-                self._last[key] = value
-            return True
-        with self._lock:
-            self._last[key] = value
-            if self._writer is None or not self._writer.is_alive():
-                self._writer = threading.Thread(target=self._write_queued, name="kai-events", daemon=True)
-                self._writer.start()
-        try:
-            self._queue.put_nowait(_QueuedEvent(key, value, ref.namespace, event))
-        except queue.Full:
-            with self._lock:
-                self.dropped += 1
-                if self._last.get(key) == value:
-                    del self._last[key]
-            log.warning(
-                "event queue full; dropped %s Event %s on %s (%d dropped so far)",
-                event_type,
-                reason,
-                ref,
-                self.dropped,
-            )
-            return False
-        return True
-
-    def is_duplicate(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> bool:
-        """Whether `record(..., dedupe=True)` would suppress this Event as the last one sent."""
-        with self._lock:
-            return self._last.get((ref.kind, ref.namespace, ref.name)) == (event_type, reason, message)
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every queued Event was written (or failed); False if `timeout` passed first."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._queue.all_tasks_done:
-            while self._queue.unfinished_tasks:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._queue.all_tasks_done.wait(left)
-        return True
-
-    def close(self, timeout: float = 10.0) -> bool:
-        """Flush (at most `timeout` seconds) and stop the writer; True when nothing was left unsent."""
-        flushed = self.flush(timeout)
-        with self._lock:
-            writer, self._writer = self._writer, None
-        if writer is not None and writer.is_alive():
-            with contextlib.suppress(queue.Full):
-                self._queue.put_nowait(None)
-            writer.join(max(0.0, timeout))
-        return flushed
-
-    def _send(self, namespace: str, event: Mapping[str, Any]) -> None:
-        core: Any = self.core  # the generated signature asks for a model; a dict is sent as is
-        discard(core.create_namespaced_event(namespace, dict(event), _preload_content=False))
-
-    def _write_queued(self) -> None:
-        while True:
-            item = self._queue.get()
-            try:
-                if item is None:
-                    return
-                try:
-                    self._send(item.namespace, item.event)
-                except NotLeader:
-                    # Fenced (an outage, or another replica leads now): dropped quietly, and
-                    # forgotten so that a replica that renews its lease says it again.
-                    self.dropped += 1
-                    self._forget_sent(item)
-                except Exception as exc:  # best effort, as in Kubernetes
-                    log.warning(
-                        "could not write Event %s: %s", item.event.get("reason"), api_error_message(exc)
-                    )
-                    self._forget_sent(item)
-            finally:
-                self._queue.task_done()
-
-    def _forget_sent(self, item: _QueuedEvent) -> None:
-        """An Event that was not written is not the last one sent: the next identical one goes."""
-        with self._lock:
-            if self._last.get(item.key) == item.value:
-                del self._last[item.key]
-
-    def forget(self, alive: Container[tuple[str, str, str]]) -> None:
-        """Drop dedupe memory for objects not in ``alive`` ((kind, namespace, name) triples).
-
-        The scheduler calls this every cycle with what the cache holds, so the memory is
-        bounded by the objects that exist, not by every object ever seen.
-        """
-        with self._lock:
-            for key in [k for k in self._last if k not in alive]:
-                del self._last[key]
-
-    def tracked(self) -> int:
-        with self._lock:
-            return len(self._last)
 
 
 # --------------------------------------------------------------------------------------------

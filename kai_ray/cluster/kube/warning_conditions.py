@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kai_ray.api import ManifestProblem
-from kai_ray.cluster.kube.status import (
+from kai_ray.cluster.kube.calls import (
     PODGROUP_VERSION,
     PODGROUPS,
     CustomObjects,
