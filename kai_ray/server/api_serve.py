@@ -19,7 +19,7 @@ from kai_ray.server.endpoints import Health
 from kai_ray.server.grpc_api import GrpcStartError, RunningServer, SchedulerServiceLike, start_grpc_server
 from kai_ray.server.grpc_auth import AuthConfigError, TlsConfig, TokenTable, load_token_file
 from kai_ray.server.logs import configure_logging
-from kai_ray.server.serve import EXIT_INPUT, EXIT_STOPPED, ServeError, open_endpoints, stop_on_signals
+from kai_ray.server.process import EXIT_INPUT, EXIT_STOPPED, ServeError, open_endpoints, stop_on_signals
 from kai_ray.server.threads import EXIT_WAIT_SECONDS, dump_stacks_on_sigusr1, leave_within
 from kai_ray.service.api import SchedulerService
 from kai_ray.service.backend import Grouper

@@ -27,17 +27,16 @@ from kai_ray.server.endpoints import Health
 from kai_ray.server.grouping_passes import GroupingPasses
 from kai_ray.server.logs import configure_logging
 from kai_ray.server.metrics import DroppedEvents, GroupingMetrics
-from kai_ray.server.scheduler import CACHE_SYNC_TIMEOUT_SECONDS, EVENT_FLUSH_SECONDS
-from kai_ray.server.serve import (
+from kai_ray.server.process import (
     DEFAULT_METRICS_ADDRESS,
     EXIT_CLUSTER,
     EXIT_STOPPED,
-    GrouperFactory,
     ServeError,
-    connect,
     open_endpoints,
     stop_on_signals,
 )
+from kai_ray.server.scheduler import CACHE_SYNC_TIMEOUT_SECONDS, EVENT_FLUSH_SECONDS
+from kai_ray.server.serve import GrouperFactory, connect
 
 __all__ = ["PODGROUPER_KINDS", "GroupingLoop", "PodGrouperOptions", "run_podgrouper"]
 

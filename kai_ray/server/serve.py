@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from prometheus_client import CollectorRegistry
 
 from kai_ray import __version__
 from kai_ray.api.config import SchedulerConfig
@@ -46,6 +43,15 @@ from kai_ray.gc_tuning import tune_gc_for_serving
 from kai_ray.server.endpoints import Endpoints, Health
 from kai_ray.server.logs import configure_logging
 from kai_ray.server.metrics import SchedulerMetrics
+from kai_ray.server.process import (
+    DEFAULT_METRICS_ADDRESS,
+    EXIT_CLUSTER,
+    EXIT_INPUT,
+    EXIT_STOPPED,
+    ServeError,
+    open_endpoints,
+    stop_on_signals,
+)
 from kai_ray.server.scheduler import (
     DEFAULT_CONCURRENCY,
     DEFAULT_IDLE_PERIOD_SECONDS,
@@ -61,12 +67,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EXIT_STOPPED = 0
-EXIT_CLUSTER = 1
-"""The cluster refused (unreachable, credentials, permissions) or leadership was lost."""
-EXIT_INPUT = 2
-"""A kubeconfig, configuration file or flag is wrong."""
-DEFAULT_METRICS_ADDRESS = "127.0.0.1:8080"
 TOKEN_REFRESH_SECONDS = 10.0
 """How often the kubeconfig loader may re-check its token (it refreshes 5 minutes before expiry)."""
 
@@ -74,14 +74,6 @@ TOKEN_REFRESH_SECONDS = 10.0
 GrouperFactory = Callable[[Any], PodGrouper]
 """Builds a podgrouper over the fenced API client: the CLI passes the operators' controller, so
 this package never imports `kai_ray_operators`."""
-
-
-class ServeError(Exception):
-    """A problem that ends `serve` before it schedules anything; `str()` is the one line to print."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
@@ -238,32 +230,6 @@ def connect(
     api = FencedApiClient(configuration, elector.leadership)
     api.user_agent = election_api.user_agent
     return Connection(elector, api, identity)
-
-
-def open_endpoints(registry: CollectorRegistry, health: Health, address: str) -> Endpoints | None:
-    """/metrics, /healthz and /readyz on `address` (none when it is empty); a bad address is input."""
-    if not address:
-        return None
-    endpoints = Endpoints(registry, health)
-    try:
-        host, port = endpoints.serve(address)
-    except (ValueError, OSError) as error:
-        raise ServeError(f"--metrics-address {address}: {error}", EXIT_INPUT) from None
-    log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz)", host, port)
-    return endpoints
-
-
-def stop_on_signals() -> threading.Event:
-    """An event set by SIGTERM or SIGINT: the loop finishes its pass and gives up the lease."""
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: finishing the cycle, giving up the lease", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    return stop
 
 
 def _serve(options: ServeOptions, executor: Executor | None) -> int:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kai_ray.server.serve import DEFAULT_METRICS_ADDRESS, ServeOptions
+from kai_ray.server.process import DEFAULT_METRICS_ADDRESS
+from kai_ray.server.serve import ServeOptions
 
 pytestmark = pytest.mark.unit
 
