@@ -745,8 +745,8 @@ def _serve_simulated(
     so a RayJob or PyTorchJob in DIR, or submitted as manifests, is grouped as on a cluster."""
     from kai_ray_operators.manifests import prepare_manifests
 
+    from kai_ray.rpc.sim_backend import SimBackend, SimSourceError
     from kai_ray.server.api_serve import serve_simulated
-    from kai_ray.service.sim_backend import SimBackend, SimSourceError
 
     if sim is not None and sim_nodes is not None:
         _fail(["give --sim or --sim-nodes, not both"])

@@ -33,7 +33,8 @@ from rich.table import Table
 from rich.text import Text
 
 from kai_ray.cli_help import KaiRayTyper
-from kai_ray.client import (
+from kai_ray.report.table import terminal_console
+from kai_ray.rpc.client import (
     DEFAULT_RECONNECT_TIMEOUT,
     DEFAULT_TIMEOUT,
     KaiRayClient,
@@ -46,8 +47,7 @@ from kai_ray.client import (
     parse_id,
     request_from_dict,
 )
-from kai_ray.report.table import terminal_console
-from kai_ray.service.errors import ErrorCode, ServiceError
+from kai_ray.rpc.errors import ErrorCode, ServiceError
 from kai_ray.v1 import scheduler_pb2 as pb
 
 __all__ = ["OfflineClient", "app", "offline_client"]
@@ -244,8 +244,8 @@ def offline_client(directory: Path) -> OfflineClient:
     and `serve --sim` do.  Broken manifests raise `SimSourceError` with every problem."""
     from kai_ray_operators.manifests import prepare_manifests
 
-    from kai_ray.service.api import SchedulerService
-    from kai_ray.service.sim_backend import SimBackend
+    from kai_ray.rpc.api import SchedulerService
+    from kai_ray.rpc.sim_backend import SimBackend
 
     backend = SimBackend.from_directory(directory, grouper=prepare_manifests)
     # The service first: it follows the backend's cycles from the one below on.
@@ -257,7 +257,7 @@ def offline_client(directory: Path) -> OfflineClient:
 def _offline(directory: Path) -> SchedulerClient:
     """`offline_client`, with bad manifests reported as `simulate` reports them (exit 2)."""
     from kai_ray.api.manifests import read_manifest_documents
-    from kai_ray.service.sim_backend import SimSourceError
+    from kai_ray.rpc.sim_backend import SimSourceError
 
     if not directory.is_dir():
         _fail(f"--manifests: {directory} is not a directory")

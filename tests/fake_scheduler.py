@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from kai_ray.server.grpc_api import start_grpc_server
-from kai_ray.server.grpc_auth import TlsConfig, TokenTable
-from kai_ray.service.caller import Caller
-from kai_ray.service.errors import ErrorCode, ServiceError
+from kai_ray.rpc.auth import TlsConfig, TokenTable
+from kai_ray.rpc.caller import Caller
+from kai_ray.rpc.errors import ErrorCode, ServiceError
+from kai_ray.rpc.transport import start_grpc_server
 from kai_ray.v1 import scheduler_pb2 as pb
 
 GPU = "nvidia.com/gpu"
@@ -61,7 +61,7 @@ class Call:
 
 
 class FakeService:
-    """An in-memory stand-in for `kai_ray.service.api.SchedulerService`."""
+    """An in-memory stand-in for `kai_ray.rpc.api.SchedulerService`."""
 
     answers_from_memory = False
     """Its calls can be held (`hold`) to test deadlines: they must not block the server's loop."""

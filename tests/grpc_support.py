@@ -7,7 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from kai_ray.server.grpc_auth import TlsConfig
+from kai_ray.rpc.auth import TlsConfig
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kai_ray.api import ApiObject, Queue
-from kai_ray.service.objects import default_cluster_objects
+from kai_ray.rpc.objects import default_cluster_objects
 from kai_ray.v1 import scheduler_pb2 as pb
 
 NOW = 1_700_000_000.0

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from kai_ray.client import KaiRayClient, RemoteError
+from kai_ray.rpc.client import KaiRayClient, RemoteError
 from kai_ray.v1 import scheduler_pb2 as pb
 
 

@@ -183,7 +183,7 @@ def _run_clients(
     (`prepare`) before the shared start, then times each of its calls.  Returns wall seconds,
     per-call seconds and errors.  Building requests is the client's work, not the server's: done
     inside the timed loop, the first one (importing the API's models) stalled every thread."""
-    from kai_ray.client import KaiRayClient
+    from kai_ray.rpc.client import KaiRayClient
     from kai_ray.v1 import scheduler_pb2 as pb
 
     clients = [KaiRayClient(address, timeout=CALL_TIMEOUT_SECONDS) for _ in shares]
@@ -292,7 +292,7 @@ def serve_commands(lines: IO[str], out: IO[str]) -> None:
         try:
             op = command["op"]
             if op == "ready":
-                import kai_ray.client  # noqa: F401 - imported before any clock runs
+                import kai_ray.rpc.client  # noqa: F401 - imported before any clock runs
 
                 answer: dict[str, Any] = {"ok": True}
             elif op == "submit":
@@ -328,9 +328,9 @@ def run_grpc_bench(
 ) -> GrpcBenchResult:
     """The whole benchmark; see the module docstring.  Raises ValueError for a shape it cannot run."""
     from kai_ray.gc_tuning import tune_gc_for_serving
-    from kai_ray.server.grpc_api import start_grpc_server
-    from kai_ray.service.api import SchedulerService
-    from kai_ray.service.sim_backend import SimBackend
+    from kai_ray.rpc.api import SchedulerService
+    from kai_ray.rpc.sim_backend import SimBackend
+    from kai_ray.rpc.transport import start_grpc_server
     from kai_ray.v1 import scheduler_pb2 as pb
 
     if pods < pods_per_workload:

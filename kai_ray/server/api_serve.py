@@ -15,16 +15,16 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from kai_ray.gc_tuning import tune_gc_for_serving
+from kai_ray.rpc.api import SchedulerService
+from kai_ray.rpc.auth import AuthConfigError, TlsConfig, TokenTable, load_token_file
+from kai_ray.rpc.backend import Grouper
+from kai_ray.rpc.kube_backend import KubeBackend, SchedulerLike
+from kai_ray.rpc.sim_backend import SimBackend
+from kai_ray.rpc.transport import GrpcStartError, RunningServer, SchedulerServiceLike, start_grpc_server
 from kai_ray.server.endpoints import Health
-from kai_ray.server.grpc_api import GrpcStartError, RunningServer, SchedulerServiceLike, start_grpc_server
-from kai_ray.server.grpc_auth import AuthConfigError, TlsConfig, TokenTable, load_token_file
 from kai_ray.server.logs import configure_logging
 from kai_ray.server.process import EXIT_INPUT, EXIT_STOPPED, ServeError, open_endpoints, stop_on_signals
 from kai_ray.server.threads import EXIT_WAIT_SECONDS, dump_stacks_on_sigusr1, leave_within
-from kai_ray.service.api import SchedulerService
-from kai_ray.service.backend import Grouper
-from kai_ray.service.kube_backend import KubeBackend, SchedulerLike
-from kai_ray.service.sim_backend import SimBackend
 
 __all__ = ["GrpcOptions", "KubeApi", "open_grpc", "serve_simulated", "start_kube_api"]
 

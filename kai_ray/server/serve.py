@@ -62,8 +62,8 @@ from kai_ray.server.scheduler import (
 from kai_ray.server.threads import EXIT_WAIT_SECONDS, dump_stacks_on_sigusr1, leave_within
 
 if TYPE_CHECKING:
+    from kai_ray.rpc.backend import Grouper
     from kai_ray.server.api_serve import GrpcOptions, KubeApi
-    from kai_ray.service.backend import Grouper
 
 log = logging.getLogger(__name__)
 

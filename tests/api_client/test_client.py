@@ -1,4 +1,4 @@
-"""`kai_ray.client` against kai-ray's gRPC server on 127.0.0.1 over a fake service (fake_scheduler),
+"""`kai_ray.rpc.client` against kai-ray's gRPC server on 127.0.0.1 over a fake service (fake_scheduler),
 and `LocalClient` against the same fake service in-process: error mapping with the field, the token
 in the metadata, the client certificate of mutual TLS, the deadline, watch streams stopped on
 request, and the request helpers."""
@@ -13,7 +13,8 @@ import pytest
 from fake_scheduler import FakeServer, FakeService, serve_fake
 from grpc_support import make_pki, mutual_tls
 
-from kai_ray.client import (
+from kai_ray.rpc.caller import Caller
+from kai_ray.rpc.client import (
     KaiRayClient,
     LocalClient,
     RemoteError,
@@ -22,8 +23,7 @@ from kai_ray.client import (
     submit_manifests,
     workload_spec_from_yaml,
 )
-from kai_ray.service.caller import Caller
-from kai_ray.service.errors import ErrorCode, ServiceError
+from kai_ray.rpc.errors import ErrorCode, ServiceError
 from kai_ray.v1 import scheduler_pb2 as pb
 
 SPEC = """\

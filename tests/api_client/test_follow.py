@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kai_ray.client import RemoteError, WorkloadFollower
-from kai_ray.service.errors import ErrorCode, ServiceError
+from kai_ray.rpc.client import RemoteError, WorkloadFollower
+from kai_ray.rpc.errors import ErrorCode, ServiceError
 from kai_ray.v1 import scheduler_pb2 as pb
 
 pytestmark = pytest.mark.unit

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from kai_ray.cli import app
 from kai_ray.cli_api import offline_client
-from kai_ray.service.caller import Caller
+from kai_ray.rpc.caller import Caller
 from kai_ray.v1 import scheduler_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -363,8 +363,8 @@ def test_offline_needs_a_directory_with_manifests(tmp_path: Path) -> None:
 @pytest.mark.grpc
 def test_a_real_server_answers_as_offline_mode_does(tmp_path: Path) -> None:
     """The transport's own server over the real service: same JSON as offline, token checked."""
-    grpc_api = pytest.importorskip("kai_ray.server.grpc_api")
-    from kai_ray.server.grpc_auth import TokenTable
+    grpc_api = pytest.importorskip("kai_ray.rpc.transport")
+    from kai_ray.rpc.auth import TokenTable
 
     offline = run("queues", "--manifests", str(QUICKSTART), "--output", "json")
     client = offline_client(QUICKSTART)

@@ -19,7 +19,7 @@ from kube_serve import wait_until
 from kube_zone import gpu_pod
 from kubernetes import client
 
-from kai_ray.client import KaiRayClient, RemoteError
+from kai_ray.rpc.client import KaiRayClient, RemoteError
 from kai_ray.server.api_serve import GrpcOptions, KubeApi, start_kube_api
 from kai_ray.server.scheduler import KubeScheduler
 from kai_ray.v1 import scheduler_pb2 as pb

@@ -10,7 +10,7 @@ import grpc
 import pytest
 from fake_scheduler import FakeService
 
-from kai_ray.server.grpc_api import RunningServer, start_grpc_server
+from kai_ray.rpc.transport import RunningServer, start_grpc_server
 from kai_ray.v1 import scheduler_pb2 as pb
 
 

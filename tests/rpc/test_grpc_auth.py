@@ -13,9 +13,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_support import Pki, make_pki
 
-from kai_ray.server.grpc_api import SCHEDULER_SERVICE, RunningServer, start_grpc_server
-from kai_ray.server.grpc_auth import AuthConfigError, TlsConfig, TokenTable, load_token_file
-from kai_ray.service.caller import Caller
+from kai_ray.rpc.auth import AuthConfigError, TlsConfig, TokenTable, load_token_file
+from kai_ray.rpc.caller import Caller
+from kai_ray.rpc.transport import SCHEDULER_SERVICE, RunningServer, start_grpc_server
 from kai_ray.v1 import scheduler_pb2 as pb
 from kai_ray.v1 import scheduler_pb2_grpc as pb_grpc
 
@@ -291,7 +291,7 @@ def test_unusable_tls_files_fail_at_start_naming_the_flag(
 def test_tokens_without_tls_off_loopback_are_warned_about(
     service: FakeService, tokens: TokenTable, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="kai_ray.server.grpc_api"):
+    with caplog.at_level(logging.WARNING, logger="kai_ray.rpc.transport"):
         with start_grpc_server(service, "127.0.0.1:0", tokens=tokens):
             pass
         assert "clear text" not in caplog.text

@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from kai_ray.cli import app
-from kai_ray.server.grpc_api import start_grpc_server
-from kai_ray.service.api import SchedulerService
-from kai_ray.service.sim_backend import SimBackend
+from kai_ray.rpc.api import SchedulerService
+from kai_ray.rpc.sim_backend import SimBackend
+from kai_ray.rpc.transport import start_grpc_server
 from kai_ray.v1 import scheduler_pb2 as pb
 
 pytestmark = pytest.mark.grpc

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 import pytest
 from service_builders import gpu_job
 
-from kai_ray.client import KaiRayClient
-from kai_ray.server.grpc_api import RunningServer, start_grpc_server
-from kai_ray.service.api import SchedulerService
-from kai_ray.service.errors import ErrorCode, ServiceError
-from kai_ray.service.sim_backend import SimBackend
+from kai_ray.rpc.api import SchedulerService
+from kai_ray.rpc.client import KaiRayClient
+from kai_ray.rpc.errors import ErrorCode, ServiceError
+from kai_ray.rpc.sim_backend import SimBackend
+from kai_ray.rpc.transport import RunningServer, start_grpc_server
 from kai_ray.v1 import scheduler_pb2 as pb
 
 pytestmark = pytest.mark.grpc

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from fake_scheduler import FakeService, serve_fake
 
-from kai_ray.client import KaiRayClient
+from kai_ray.rpc.client import KaiRayClient
 from kai_ray.v1 import scheduler_pb2 as pb
 
 pytestmark = pytest.mark.grpc

@@ -15,15 +15,15 @@ from fake_scheduler import FakeService
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from kai_ray.server.grpc_api import (
+from kai_ray.rpc.caller import ANYONE
+from kai_ray.rpc.errors import ErrorCode, ServiceError
+from kai_ray.rpc.transport import (
     FIELD_METADATA_KEY,
     SCHEDULER_SERVICE,
     GrpcStartError,
     RunningServer,
     start_grpc_server,
 )
-from kai_ray.service.caller import ANYONE
-from kai_ray.service.errors import ErrorCode, ServiceError
 from kai_ray.v1 import scheduler_pb2 as pb
 from kai_ray.v1 import scheduler_pb2_grpc as pb_grpc
 
@@ -183,7 +183,7 @@ def test_an_unexpected_exception_is_internal_with_one_log_record_and_no_detail_f
     assert error.code() == grpc.StatusCode.INTERNAL
     assert "secret-internal-detail" not in (error.details() or "")
     assert "ZeroDivisionError" not in (error.details() or "")
-    records = [r for r in caplog.records if r.name == "kai_ray.server.grpc_api"]
+    records = [r for r in caplog.records if r.name == "kai_ray.rpc.transport"]
     assert len(records) == 1 and records[0].levelno == logging.ERROR
     assert records[0].exc_info is not None and records[0].exc_info[0] is ZeroDivisionError
     # The server is unharmed.

@@ -20,10 +20,10 @@ from fake_scheduler import FakeService
 from grpc_support import Pki, make_pki
 
 from kai_ray.devcluster.grpcurl import build_grpcurl
-from kai_ray.server.grpc_api import RunningServer, start_grpc_server
-from kai_ray.server.grpc_auth import TlsConfig, TokenTable
-from kai_ray.service.api import SchedulerService
-from kai_ray.service.sim_backend import SimBackend
+from kai_ray.rpc.api import SchedulerService
+from kai_ray.rpc.auth import TlsConfig, TokenTable
+from kai_ray.rpc.sim_backend import SimBackend
+from kai_ray.rpc.transport import RunningServer, start_grpc_server
 from kai_ray.v1 import scheduler_pb2 as pb
 
 pytestmark = pytest.mark.grpc

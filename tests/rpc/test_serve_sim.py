@@ -19,8 +19,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kube_serve import log_entries, stop_process, wait_until
 
-from kai_ray.client import KaiRayClient
-from kai_ray.service.errors import ErrorCode, ServiceError
+from kai_ray.rpc.client import KaiRayClient
+from kai_ray.rpc.errors import ErrorCode, ServiceError
 from kai_ray.v1 import scheduler_pb2 as pb
 
 pytestmark = pytest.mark.grpc

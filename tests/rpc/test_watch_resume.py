@@ -28,12 +28,12 @@ import pytest
 from fake_scheduler import FakeService
 from service_builders import gpu_job
 
-from kai_ray.client import KaiRayClient, RemoteError, WorkloadFollower
-from kai_ray.server.grpc_api import RunningServer, start_grpc_server
-from kai_ray.server.grpc_auth import TokenTable
-from kai_ray.service.api import SchedulerService
-from kai_ray.service.caller import ANYONE, Caller
-from kai_ray.service.sim_backend import SimBackend
+from kai_ray.rpc.api import SchedulerService
+from kai_ray.rpc.auth import TokenTable
+from kai_ray.rpc.caller import ANYONE, Caller
+from kai_ray.rpc.client import KaiRayClient, RemoteError, WorkloadFollower
+from kai_ray.rpc.sim_backend import SimBackend
+from kai_ray.rpc.transport import RunningServer, start_grpc_server
 from kai_ray.v1 import scheduler_pb2 as pb
 
 pytestmark = pytest.mark.grpc

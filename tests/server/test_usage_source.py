@@ -15,10 +15,10 @@ from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.usage_db import UsageDBConfig, UsageParams
 from kai_ray.engine.cycle import open_session
 from kai_ray.engine.session import Session
+from kai_ray.rpc.api import SchedulerService
+from kai_ray.rpc.caller import ANYONE
+from kai_ray.rpc.sim_backend import SimBackend
 from kai_ray.server.usage_source import EmbeddedUsage
-from kai_ray.service.api import SchedulerService
-from kai_ray.service.caller import ANYONE
-from kai_ray.service.sim_backend import SimBackend
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 from service_builders import NOW, cluster
 
-from kai_ray.service.api import SchedulerService
-from kai_ray.service.sim_backend import SimBackend
+from kai_ray.rpc.api import SchedulerService
+from kai_ray.rpc.sim_backend import SimBackend
 
 
 @pytest.fixture

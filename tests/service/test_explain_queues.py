@@ -7,10 +7,10 @@ import yaml
 from kai_ray_operators.manifests import prepare_manifests
 from service_builders import NOW, cluster, gpu_job
 
-from kai_ray.service.api import SchedulerService
-from kai_ray.service.caller import ANYONE, Caller
-from kai_ray.service.errors import ErrorCode, ServiceError
-from kai_ray.service.sim_backend import SimBackend
+from kai_ray.rpc.api import SchedulerService
+from kai_ray.rpc.caller import ANYONE, Caller
+from kai_ray.rpc.errors import ErrorCode, ServiceError
+from kai_ray.rpc.sim_backend import SimBackend
 from kai_ray.v1 import scheduler_pb2 as pb
 
 pytestmark = pytest.mark.unit

@@ -20,12 +20,12 @@ from service_builders import NOW, cluster, gpu_job
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.planner import CycleListener
-from kai_ray.service.api import SchedulerService
-from kai_ray.service.caller import ANYONE
-from kai_ray.service.errors import ErrorCode, ServiceError
-from kai_ray.service.kube_backend import CONNECT_TIMEOUT, SUBMISSION_ANNOTATION, KubeBackend
-from kai_ray.service.sim_backend import SimBackend
-from kai_ray.service.submit import build_submission
+from kai_ray.rpc.api import SchedulerService
+from kai_ray.rpc.caller import ANYONE
+from kai_ray.rpc.errors import ErrorCode, ServiceError
+from kai_ray.rpc.kube_backend import CONNECT_TIMEOUT, SUBMISSION_ANNOTATION, KubeBackend
+from kai_ray.rpc.sim_backend import SimBackend
+from kai_ray.rpc.submit import build_submission
 
 pytestmark = pytest.mark.unit
 

@@ -8,11 +8,11 @@ import threading
 import pytest
 from service_builders import gpu_job
 
-from kai_ray.service import workloads as workloads_module
-from kai_ray.service.api import SchedulerService
-from kai_ray.service.caller import ANYONE
-from kai_ray.service.objects import unbound_pod
-from kai_ray.service.sim_backend import SimBackend
+from kai_ray.rpc import workloads as workloads_module
+from kai_ray.rpc.api import SchedulerService
+from kai_ray.rpc.caller import ANYONE
+from kai_ray.rpc.objects import unbound_pod
+from kai_ray.rpc.sim_backend import SimBackend
 from kai_ray.v1 import scheduler_pb2 as pb
 
 pytestmark = pytest.mark.unit

@@ -11,12 +11,12 @@ from service_builders import cluster, gpu_job, queue
 from kai_ray.api import Node, Pod
 from kai_ray.convert.pods import pod_requests
 from kai_ray.identity_cache import IdentityCache
-from kai_ray.service import explain as explain_module
-from kai_ray.service.api import SchedulerService
-from kai_ray.service.caller import ANYONE
-from kai_ray.service.errors import ErrorCode, ServiceError
-from kai_ray.service.objects import min_node_gpu_memory, node_gpu_memory, pod_amounts
-from kai_ray.service.sim_backend import SimBackend
+from kai_ray.rpc import explain as explain_module
+from kai_ray.rpc.api import SchedulerService
+from kai_ray.rpc.caller import ANYONE
+from kai_ray.rpc.errors import ErrorCode, ServiceError
+from kai_ray.rpc.objects import min_node_gpu_memory, node_gpu_memory, pod_amounts
+from kai_ray.rpc.sim_backend import SimBackend
 from kai_ray.v1 import scheduler_pb2 as pb
 
 pytestmark = pytest.mark.unit

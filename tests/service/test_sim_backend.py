@@ -13,11 +13,11 @@ from builders import config, run_with_session
 from service_builders import NOW, cluster, gpu_job
 
 from kai_ray.api import ApiObject, Pod, PodGroup
-from kai_ray.service.api import SchedulerService
-from kai_ray.service.backend import CycleRecord
-from kai_ray.service.caller import ANYONE
-from kai_ray.service.objects import rfc3339
-from kai_ray.service.sim_backend import QUIET_SECONDS, SimBackend, next_timer
+from kai_ray.rpc.api import SchedulerService
+from kai_ray.rpc.backend import CycleRecord
+from kai_ray.rpc.caller import ANYONE
+from kai_ray.rpc.objects import rfc3339
+from kai_ray.rpc.sim_backend import QUIET_SECONDS, SimBackend, next_timer
 from kai_ray.v1 import scheduler_pb2 as pb
 
 pytestmark = pytest.mark.unit
@@ -207,7 +207,7 @@ def test_close_gives_up_on_a_stuck_cycle_after_its_timeout_and_says_so(
     backend.start()
     try:
         assert entered.wait(10.0), "the background thread never started a cycle"
-        with caplog.at_level("WARNING", logger="kai_ray.service.sim_backend"):
+        with caplog.at_level("WARNING", logger="kai_ray.rpc.sim_backend"):
             assert backend.close(timeout=0.2) is False
         assert "did not stop within" in caplog.text
     finally:

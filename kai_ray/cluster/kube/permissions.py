@@ -141,7 +141,7 @@ API_PERMISSIONS: tuple[Permission, ...] = (
     *_each(_SCHEDULING, "podgroups", ("get", "create", "delete")),
 )
 """The gRPC API (`serve --grpc-address`), on top of the sets above, granted cluster-wide: exactly
-what its Kubernetes backend (`kai_ray/service/kube_backend.py`) calls.  SubmitWorkload creates
+what its Kubernetes backend (`kai_ray/rpc/kube_backend.py`) calls.  SubmitWorkload creates
 PodGroups and pods, CancelWorkload deletes them, and a submit that failed half-way reads back
 (`get`) and deletes what it may have made.  Its reads of the cluster come from the scheduler's
 own cache, so it lists and watches nothing of its own."""

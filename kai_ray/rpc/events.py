@@ -14,7 +14,7 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 
-from kai_ray.service.errors import ErrorCode, ServiceError
+from kai_ray.rpc.errors import ErrorCode, ServiceError
 from kai_ray.v1 import scheduler_pb2 as pb
 
 __all__ = ["DEFAULT_HISTORY", "EventLog"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kai_ray.service.errors import ErrorCode, ServiceError
+from kai_ray.rpc.errors import ErrorCode, ServiceError
 
 __all__ = ["ANYONE", "Caller"]
 

@@ -22,12 +22,12 @@ from kai_ray.collector import collection_paused
 from kai_ray.convert import cluster_from_manifest_set
 from kai_ray.engine.cycle import open_session, run_actions
 from kai_ray.model.snapshot import compile_snapshot
-from kai_ray.service.backend import Backend, BackendView, CycleRecord, Grouper, NamespacedName, object_key
-from kai_ray.service.caller import Caller
-from kai_ray.service.errors import ErrorCode, ServiceError
-from kai_ray.service.objects import apply_plan, manifest_set, priority_values, unbound_pod
-from kai_ray.service.submit import build_submission
-from kai_ray.service.workloads import Members, WorkloadTracker, derive
+from kai_ray.rpc.backend import Backend, BackendView, CycleRecord, Grouper, NamespacedName, object_key
+from kai_ray.rpc.caller import Caller
+from kai_ray.rpc.errors import ErrorCode, ServiceError
+from kai_ray.rpc.objects import apply_plan, manifest_set, priority_values, unbound_pod
+from kai_ray.rpc.submit import build_submission
+from kai_ray.rpc.workloads import Members, WorkloadTracker, derive
 from kai_ray.v1 import scheduler_pb2 as pb
 
 __all__ = ["MAX_HYPOTHETICAL_NODES", "what_if"]

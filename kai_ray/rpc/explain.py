@@ -37,10 +37,10 @@ from kai_ray.engine.reasons import EvictionReason
 from kai_ray.engine.session import Session
 from kai_ray.model.objects import TaskStatus
 from kai_ray.model.resources import CPU, EPSILON, GPU, MEMORY, PODS
-from kai_ray.service.backend import CycleRecord
-from kai_ray.service.caller import Caller
-from kai_ray.service.views import queue_view
-from kai_ray.service.workloads import Members
+from kai_ray.rpc.backend import CycleRecord
+from kai_ray.rpc.caller import Caller
+from kai_ray.rpc.views import queue_view
+from kai_ray.rpc.workloads import Members
 from kai_ray.v1 import scheduler_pb2 as pb
 
 __all__ = ["MAX_AHEAD", "explain"]

@@ -13,15 +13,15 @@ import binascii
 import threading
 from collections.abc import Iterator
 
-from kai_ray.service.backend import Backend, CycleRecord, Grouper, ObjectKey
-from kai_ray.service.caller import Caller
-from kai_ray.service.errors import ErrorCode, ServiceError
-from kai_ray.service.events import DEFAULT_HISTORY, EventLog
-from kai_ray.service.explain import explain
-from kai_ray.service.submit import build_submission
-from kai_ray.service.views import cluster_view, queue_views
-from kai_ray.service.whatif import what_if
-from kai_ray.service.workloads import Members, WorkloadTracker, split_id
+from kai_ray.rpc.backend import Backend, CycleRecord, Grouper, ObjectKey
+from kai_ray.rpc.caller import Caller
+from kai_ray.rpc.errors import ErrorCode, ServiceError
+from kai_ray.rpc.events import DEFAULT_HISTORY, EventLog
+from kai_ray.rpc.explain import explain
+from kai_ray.rpc.submit import build_submission
+from kai_ray.rpc.views import cluster_view, queue_views
+from kai_ray.rpc.whatif import what_if
+from kai_ray.rpc.workloads import Members, WorkloadTracker, split_id
 from kai_ray.v1 import scheduler_pb2 as pb
 
 __all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "SchedulerService"]

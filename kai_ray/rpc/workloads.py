@@ -22,10 +22,10 @@ from kai_ray.engine.plan import Plan
 from kai_ray.engine.reasons import EvictionReason
 from kai_ray.identity_cache import IdentityCache
 from kai_ray.model.objects import SubGroupSetSpec
-from kai_ray.service.backend import Backend, BackendView, CycleRecord
-from kai_ray.service.errors import ErrorCode, ServiceError
-from kai_ray.service.events import EventLog
-from kai_ray.service.objects import (
+from kai_ray.rpc.backend import Backend, BackendView, CycleRecord
+from kai_ray.rpc.errors import ErrorCode, ServiceError
+from kai_ray.rpc.events import EventLog
+from kai_ray.rpc.objects import (
     WORKLOAD_LABEL,
     add_amounts,
     min_node_gpu_memory,
@@ -54,7 +54,7 @@ PIPELINED_REASON = "Pipelined"
 
 
 def split_id(workload_id: str, field_name: str = "id") -> tuple[str, str]:
-    from kai_ray.service.errors import ErrorCode, ServiceError
+    from kai_ray.rpc.errors import ErrorCode, ServiceError
 
     namespace, _, name = workload_id.partition("/")
     if not namespace or not name or "/" in name:

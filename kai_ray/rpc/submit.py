@@ -48,11 +48,11 @@ from kai_ray.api.constants import (
 from kai_ray.api.manifests import MODEL_KINDS, NAMESPACED_MODEL_KINDS
 from kai_ray.api.quantity import QuantityError
 from kai_ray.convert import JobContext, job_problems
-from kai_ray.service.backend import BackendView, Grouper
-from kai_ray.service.caller import Caller
-from kai_ray.service.errors import ErrorCode, ServiceError
-from kai_ray.service.objects import WORKLOAD_LABEL, priority_values, queues_of, rfc3339
-from kai_ray.service.workloads import Members
+from kai_ray.rpc.backend import BackendView, Grouper
+from kai_ray.rpc.caller import Caller
+from kai_ray.rpc.errors import ErrorCode, ServiceError
+from kai_ray.rpc.objects import WORKLOAD_LABEL, priority_values, queues_of, rfc3339
+from kai_ray.rpc.workloads import Members
 from kai_ray.v1 import scheduler_pb2 as pb
 
 __all__ = ["MAX_PODS", "Submission", "build_submission"]

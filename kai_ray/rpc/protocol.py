@@ -1,7 +1,7 @@
 """`SchedulerServiceLike`: the shape of the service layer, for the code that only calls it.
 
-The gRPC transport (`kai_ray.server.grpc_api`) and the in-process client (`kai_ray.client.LocalClient`)
-both take a service of this shape rather than `kai_ray.service.api.SchedulerService` itself, so
+The gRPC transport (`kai_ray.rpc.transport`) and the in-process client (`kai_ray.rpc.client.LocalClient`)
+both take a service of this shape rather than `kai_ray.rpc.api.SchedulerService` itself, so
 neither imports the service (and the simulated cluster behind it) merely to talk to one, and tests
 can hand them a fake.
 """
@@ -12,14 +12,14 @@ import threading
 from collections.abc import Iterator
 from typing import Protocol
 
-from kai_ray.service.caller import Caller
+from kai_ray.rpc.caller import Caller
 from kai_ray.v1 import scheduler_pb2 as pb
 
 __all__ = ["SchedulerServiceLike"]
 
 
 class SchedulerServiceLike(Protocol):
-    """The operations of `kai_ray.service.api.SchedulerService`.
+    """The operations of `kai_ray.rpc.api.SchedulerService`.
 
     Each method gets the request message and the authenticated `Caller`, returns the response
     message and raises `ServiceError` to refuse.  ``watch_workloads`` yields events until

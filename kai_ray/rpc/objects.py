@@ -31,7 +31,7 @@ from kai_ray.convert.nodes import gpu_memory_mib
 from kai_ray.convert.pods import gpu_request, pod_requests, share_requests
 from kai_ray.engine.plan import Plan
 from kai_ray.identity_cache import IdentityCache
-from kai_ray.service.backend import BackendView, NamespacedName
+from kai_ray.rpc.backend import BackendView, NamespacedName
 
 __all__ = [
     "WORKLOAD_LABEL",

@@ -1,6 +1,6 @@
 """The gRPC transport of the API (`kai_ray.v1.Scheduler`): requests in, service calls, statuses out.
 
-This module knows gRPC and nothing of scheduling; `kai_ray.service` knows scheduling and nothing
+This module knows gRPC and nothing of scheduling; `kai_ray.rpc` knows scheduling and nothing
 of gRPC.  What lives here is what a transport must decide:
 
 * **Statuses.**  A `ServiceError` becomes the gRPC status of the same name; for bad input the
@@ -25,7 +25,7 @@ of gRPC.  What lives here is what a transport must decide:
   and gives unary calls ``grace`` seconds to finish.
 * **Around the API**: `grpc.health.v1.Health` (SERVING for ``""`` and the Scheduler service),
   server reflection, a receive limit on message size (RESOURCE_EXHAUSTED from grpc itself), TLS
-  and tokens (`kai_ray.server.grpc_auth`).
+  and tokens (`kai_ray.rpc.auth`).
 
 `start_grpc_server` is the one entry point; ``kai-ray serve --grpc-address`` calls it.
 """
@@ -48,11 +48,11 @@ from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from kai_ray.server.grpc_auth import TlsConfig, TokenAuthInterceptor, TokenTable, current_caller
-from kai_ray.server.grpc_handlers import replace_behavior, with_prelude
-from kai_ray.service.caller import Caller
-from kai_ray.service.errors import ServiceError
-from kai_ray.service.protocol import SchedulerServiceLike
+from kai_ray.rpc.auth import TlsConfig, TokenAuthInterceptor, TokenTable, current_caller
+from kai_ray.rpc.caller import Caller
+from kai_ray.rpc.errors import ServiceError
+from kai_ray.rpc.handlers import replace_behavior, with_prelude
+from kai_ray.rpc.protocol import SchedulerServiceLike
 from kai_ray.v1 import scheduler_pb2 as pb
 from kai_ray.v1 import scheduler_pb2_grpc as pb_grpc
 
@@ -466,7 +466,7 @@ def start_grpc_server(
     """Serve ``service`` as `kai_ray.v1.Scheduler` on ``address`` (``HOST:PORT``; port 0 picks a
     free one, see `RunningServer.port`), with health and reflection; TLS when ``tls`` is given,
     bearer tokens when ``tokens`` is given.  Raises `GrpcStartError` or
-    `grpc_auth.AuthConfigError`; nothing is left running on failure."""
+    `auth.AuthConfigError`; nothing is left running on failure."""
     credentials = tls.server_credentials() if tls is not None else None
     if tokens is not None and tls is None and not _is_loopback(address):
         log.warning("bearer tokens without TLS on %s: they cross the network in clear text", address)

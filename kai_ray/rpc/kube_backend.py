@@ -56,7 +56,7 @@ from kai_ray.cluster.kube.fence import FencedApiClient, NotLeader
 from kai_ray.cluster.kube.models import ModelCache
 from kai_ray.cluster.kube.planner import CycleListener, PlannedCycle
 from kai_ray.cluster.kube.snapshot import SOURCE
-from kai_ray.service.backend import (
+from kai_ray.rpc.backend import (
     BackendView,
     CycleRecord,
     Listener,
@@ -64,7 +64,7 @@ from kai_ray.service.backend import (
     ObjectKey,
     object_key,
 )
-from kai_ray.service.errors import ErrorCode, ServiceError
+from kai_ray.rpc.errors import ErrorCode, ServiceError
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",

@@ -1,3 +1,3 @@
 """The API's operations (submit, status, watch, explain, queues, what-if, cluster), independent
-of transport: the gRPC server (`kai_ray.server.grpc_api`) and the CLI's offline mode call the
+of transport: the gRPC server (`kai_ray.rpc.transport`) and the CLI's offline mode call the
 same code, on either backend (the embedded simulated cluster or a Kubernetes cluster)."""

@@ -65,7 +65,7 @@ from kai_ray.engine.session import Session
 from kai_ray.engine.usage import UsageRecorder
 from kai_ray.model.objects import ClusterState
 from kai_ray.model.snapshot import compile_snapshot
-from kai_ray.service.backend import (
+from kai_ray.rpc.backend import (
     BackendView,
     CycleRecord,
     Grouper,
@@ -74,8 +74,8 @@ from kai_ray.service.backend import (
     ObjectKey,
     object_key,
 )
-from kai_ray.service.errors import ErrorCode, ServiceError
-from kai_ray.service.objects import WORKLOAD_LABEL, apply_plan, default_cluster_objects, manifest_set
+from kai_ray.rpc.errors import ErrorCode, ServiceError
+from kai_ray.rpc.objects import WORKLOAD_LABEL, apply_plan, default_cluster_objects, manifest_set
 
 __all__ = ["MAX_SPACING", "QUIET_SECONDS", "CycleTiming", "SimBackend", "SimSourceError", "next_timer"]
 

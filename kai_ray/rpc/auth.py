@@ -35,8 +35,8 @@ from typing import Any
 
 import grpc
 
-from kai_ray.server.grpc_handlers import Behavior, replace_behavior, with_prelude
-from kai_ray.service.caller import ANYONE, Caller
+from kai_ray.rpc.caller import ANYONE, Caller
+from kai_ray.rpc.handlers import Behavior, replace_behavior, with_prelude
 
 __all__ = [
     "OPEN_METHOD_PREFIXES",
