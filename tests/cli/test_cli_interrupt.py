@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kai_ray.cli_api import _interrupt_sets
+from kai_ray.cli.api import _interrupt_sets
 
 pytestmark = pytest.mark.unit
 

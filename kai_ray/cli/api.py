@@ -32,7 +32,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from kai_ray.cli_help import KaiRayTyper
+from kai_ray.cli.help import KaiRayTyper
 from kai_ray.report.table import terminal_console
 from kai_ray.rpc.client import (
     DEFAULT_RECONNECT_TIMEOUT,
@@ -53,7 +53,7 @@ from kai_ray.v1 import scheduler_pb2 as pb
 __all__ = ["OfflineClient", "app", "offline_client"]
 
 app = KaiRayTyper()
-"""Merged into `kai-ray`'s own app (`app.add_typer(cli_api.app)` in cli.py)."""
+"""Merged into `kai-ray`'s own app (`kai_ray/cli/__init__.py`)."""
 
 TOKEN_ENV = "KAI_RAY_TOKEN"
 SERVER_ENV = "KAI_RAY_SERVER"
