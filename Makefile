@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint conformance clean kube-bins crds proto devcluster devcluster-down image
+.PHONY: demo test test-fast lint conformance clean kube-bins crds proto devcluster devcluster-down image
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ kube-bins:
 
 test: $(STAMP) kube-bins
 	$(BIN)/python -m pytest
+
+# Everything that needs no Go-built binary (unit, conformance, grouping, gRPC on the simulated
+# cluster, Ray in process): a few minutes warm, for the loop of a change; `make test` before a commit.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not kube and not gobin and not image"
 
 # CustomResourceDefinitions generated from the pydantic models in kai_ray/api; commit the result
 # (tests/api/test_api_crds.py fails when the committed files drift from the models).
@@ -67,6 +72,7 @@ image:
 
 lint: $(STAMP)
 	$(BIN)/ruff check kai_ray tests operators
+	$(BIN)/ruff format --check kai_ray tests operators
 	$(BIN)/mypy kai_ray operators/kai_ray_operators
 
 conformance: $(STAMP)

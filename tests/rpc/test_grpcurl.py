@@ -26,7 +26,7 @@ from kai_ray.rpc.sim_backend import SimBackend
 from kai_ray.rpc.transport import RunningServer, start_grpc_server
 from kai_ray.v1 import scheduler_pb2 as pb
 
-pytestmark = pytest.mark.grpc
+pytestmark = [pytest.mark.grpc, pytest.mark.gobin]
 
 TOKEN = "tok-grpcurl-5e6f7a8b"
 
