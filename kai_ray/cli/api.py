@@ -26,19 +26,26 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from google.protobuf import json_format
-from google.protobuf.message import Message
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
 
+from kai_ray.cli.api_views import (
+    Output,
+    as_dict,
+    event_line,
+    explanation_view,
+    queues_table,
+    show,
+    what_if_view,
+    workload_detail,
+    workloads_table,
+)
+from kai_ray.cli.app import error_exit
 from kai_ray.cli.help import KaiRayTyper
+from kai_ray.cli.offline import offline
 from kai_ray.report.table import terminal_console
 from kai_ray.rpc.client import (
     DEFAULT_RECONNECT_TIMEOUT,
     DEFAULT_TIMEOUT,
     KaiRayClient,
-    LocalClient,
     SchedulerClient,
     WorkloadFollower,
     is_manifest_document,
@@ -50,32 +57,16 @@ from kai_ray.rpc.client import (
 from kai_ray.rpc.errors import ErrorCode, ServiceError
 from kai_ray.v1 import scheduler_pb2 as pb
 
-__all__ = ["OfflineClient", "app", "offline_client"]
+__all__ = ["Output", "OutputOption", "app"]
 
 app = KaiRayTyper()
 """Merged into `kai-ray`'s own app (`kai_ray/cli/__init__.py`)."""
 
 TOKEN_ENV = "KAI_RAY_TOKEN"
 SERVER_ENV = "KAI_RAY_SERVER"
-GPU = "nvidia.com/gpu"
-GIB = 1024**3
 
 BAD_INPUT = frozenset({ErrorCode.INVALID_ARGUMENT, ErrorCode.OUT_OF_RANGE})
 """Codes that mean "fix what you typed" (exit 2) rather than "the server said no" (exit 1)."""
-
-_STATE_STYLE = {
-    "RUNNING": "green",
-    "SUCCEEDED": "green",
-    "PENDING": "yellow",
-    "EVICTED": "magenta",
-    "FAILED": "red",
-    "CANCELLED": "dim",
-}
-
-
-class Output(enum.StrEnum):
-    TABLE = "table"
-    JSON = "json"
 
 
 class State(enum.StrEnum):
@@ -206,80 +197,19 @@ def _command(name: str | None = None) -> Callable[[Callable[..., None]], Callabl
     return register
 
 
-def _fail(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code=code)
-
-
 def _service_failure(exc: ServiceError) -> NoReturn:
     where = f"{exc.field}: " if exc.field else ""
-    _fail(f"{exc.code.value}: {where}{exc.message}", 2 if exc.code in BAD_INPUT else 1)
-
-
-class OfflineClient(LocalClient):
-    """The simulated cluster of `--manifests DIR`, in this process, answering as a server would.
-
-    A submit is followed by one cycle before its answer, since no scheduling loop runs here: the
-    workload comes back as the scheduler would leave it (bound, or pending with its reason)
-    rather than merely accepted."""
-
-    def __init__(self, service: Any, backend: Any) -> None:
-        super().__init__(service)
-        self.backend = backend
-
-    def submit_workload(self, request: pb.SubmitWorkloadRequest) -> pb.SubmitWorkloadResponse:
-        response = super().submit_workload(request)
-        self.backend.run_cycle()
-        response.workload.CopyFrom(self.get_workload(pb.GetWorkloadRequest(id=response.id)))
-        return response
-
-    def close(self) -> None:
-        self.backend.close()
-
-
-def offline_client(directory: Path) -> OfflineClient:
-    """A client of the simulated cluster built from the manifests in ``directory``, after one cycle.
-
-    Workloads (RayJob, PyTorchJob, Job...) are grouped by the operators' podgrouper, as `simulate`
-    and `serve --sim` do.  Broken manifests raise `SimSourceError` with every problem."""
-    from kai_ray_operators.manifests import prepare_manifests
-
-    from kai_ray.rpc.api import SchedulerService
-    from kai_ray.rpc.sim_backend import SimBackend
-
-    backend = SimBackend.from_directory(directory, grouper=prepare_manifests)
-    # The service first: it follows the backend's cycles from the one below on.
-    service = SchedulerService(backend, grouper=prepare_manifests)
-    backend.run_cycle()
-    return OfflineClient(service, backend)
-
-
-def _offline(directory: Path) -> SchedulerClient:
-    """`offline_client`, with bad manifests reported as `simulate` reports them (exit 2)."""
-    from kai_ray.api.manifests import read_manifest_documents
-    from kai_ray.rpc.sim_backend import SimSourceError
-
-    if not directory.is_dir():
-        _fail(f"--manifests: {directory} is not a directory")
-    documents, problems = read_manifest_documents(directory)
-    if not documents and not problems:
-        _fail(f"--manifests: {directory}: no Kubernetes manifests in it (*.yaml, *.yml, *.json)")
-    try:
-        return offline_client(directory)
-    except SimSourceError as exc:
-        for problem in exc.problems:
-            typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(code=2) from None
+    error_exit(f"{exc.code.value}: {where}{exc.message}", 2 if exc.code in BAD_INPUT else 1)
 
 
 @contextmanager
 def _connect(connection: Connection) -> Iterator[SchedulerClient]:
     """The client a command talks to; closed when the command is done."""
     if connection.server is not None and connection.manifests is not None:
-        _fail("give --server or --manifests, not both")
+        error_exit("give --server or --manifests, not both")
     client: SchedulerClient
     if connection.manifests is not None:
-        client = _offline(connection.manifests)
+        client = offline(connection.manifests)
     elif connection.server is not None:
         for flag, path in (
             ("--tls-ca", connection.tls_ca),
@@ -287,9 +217,9 @@ def _connect(connection: Connection) -> Iterator[SchedulerClient]:
             ("--tls-key", connection.tls_key),
         ):
             if path is not None and not path.is_file():
-                _fail(f"{flag}: {path}: no such file")
+                error_exit(f"{flag}: {path}: no such file")
         if (connection.tls_cert is None) != (connection.tls_key is None):
-            _fail("--tls-cert and --tls-key go together: the client's certificate and its key")
+            error_exit("--tls-cert and --tls-key go together: the client's certificate and its key")
         client = KaiRayClient(
             connection.server,
             token=connection.token,
@@ -299,235 +229,11 @@ def _connect(connection: Connection) -> Iterator[SchedulerClient]:
             tls_key=connection.tls_key,
         )
     else:
-        _fail(f"give --server HOST:PORT (or ${SERVER_ENV}), or --manifests DIR to work offline")
+        error_exit(f"give --server HOST:PORT (or ${SERVER_ENV}), or --manifests DIR to work offline")
     try:
         yield client
     finally:
         client.close()
-
-
-def _as_dict(message: Message) -> dict[str, Any]:
-    """A message as JSON data: proto field names (as in error paths), zeros and empty lists kept
-    so a program need not know the defaults."""
-    return json_format.MessageToDict(
-        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-    )
-
-
-def _print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, sort_keys=True))
-
-
-# ------------------------------------------------------------------------------------- formatting
-
-
-def _amount(resource: str, value: float) -> str:
-    """A number of the API's fixed units the way people read it: GPUs and cores plain, memory in Gi."""
-    if value < 0:
-        return "∞"
-    if resource == "memory":
-        return f"{value / GIB:.4g}Gi"
-    return f"{value:.4g}"
-
-
-def _resources(values: Mapping[str, float]) -> str:
-    order = {GPU: 0, "cpu": 1, "memory": 2}
-    keys = sorted(values, key=lambda k: (order.get(k, 3), k))
-    return ", ".join(f"{k} {_amount(k, values[k])}" for k in keys if values[k])
-
-
-def _state(state: int) -> Text:
-    name = pb.WorkloadState.Name(state) if state else "UNKNOWN"
-    return Text(name, style=_STATE_STYLE.get(name, ""))
-
-
-def _workloads_table(workloads: Sequence[pb.Workload], title: str = "Workloads") -> Table:
-    table = Table(title=title, title_justify="left")
-    for column in ("workload", "queue", "state", "pods bound", "gang", "requested", "reason"):
-        table.add_column(column, overflow="fold")
-    for w in workloads:
-        reason = ": ".join(part for part in (w.reason, w.message) if part)
-        table.add_row(
-            w.id,
-            w.queue,
-            _state(w.state),
-            f"{w.pods_bound}/{w.pods}",
-            str(w.min_available),
-            _resources(w.requested),
-            reason,
-        )
-    return table
-
-
-def _constraint(constraint: pb.TopologyConstraint) -> str:
-    """`cluster-topology: required rack`, the levels given and nothing else."""
-    given = (("required", constraint.required_level), ("preferred", constraint.preferred_level))
-    levels = [f"{kind} {level}" for kind, level in given if level]
-    return f"{constraint.topology}: {', '.join(levels)}"
-
-
-def _workload_detail(w: pb.Workload) -> Group:
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column(style="bold")
-    facts.add_column(overflow="fold")
-    rows: list[tuple[str, str | Text]] = [
-        ("workload", w.id),
-        ("queue", w.queue),
-        ("state", _state(w.state)),
-        ("priority", f"{w.priority_class or '(default)'} ({w.priority})"),
-        ("preemptible", "yes" if w.preemptible else "no"),
-        ("pods", f"{w.pods_bound} of {w.pods} bound; gang minimum {w.min_available}"),
-        ("requested", _resources(w.requested) or "-"),
-        ("allocated", _resources(w.allocated) or "-"),
-        ("pod groups", ", ".join(w.pod_groups) or "-"),
-    ]
-    if w.HasField("topology"):
-        rows.append(("topology", _constraint(w.topology)))
-    if w.reason or w.message:
-        rows.append(("why", ": ".join(p for p in (w.reason, w.message) if p)))
-    for name, value in rows:
-        facts.add_row(name, value)
-    parts: list[Table] = [facts]
-    if w.placements:
-        placements = Table(title="Pods", title_justify="left")
-        placements.add_column("pod", overflow="fold")
-        placements.add_column("node", overflow="fold")
-        for p in w.placements:
-            placements.add_row(p.pod, p.node or Text("not bound", style="yellow"))
-        parts.append(placements)
-    return Group(*parts)
-
-
-def _queue_rows(queues: Sequence[pb.Queue]) -> list[tuple[pb.Queue, int]]:
-    """Queues in tree order with their depth; the server sends parents first, siblings by name,
-    but a queue whose parent is missing is still shown, at the top."""
-    by_name = {q.name: q for q in queues}
-    children: dict[str, list[str]] = {}
-    for q in queues:
-        children.setdefault(q.parent if q.parent in by_name else "", []).append(q.name)
-    ordered: list[tuple[pb.Queue, int]] = []
-
-    def walk(name: str, depth: int) -> None:
-        ordered.append((by_name[name], depth))
-        for child in sorted(children.get(name, [])):
-            walk(child, depth + 1)
-
-    for top in sorted(children.get("", [])):
-        walk(top, 0)
-    return ordered
-
-
-def _queues_table(queues: Sequence[pb.Queue]) -> Table:
-    table = Table(
-        title="Queues: GPUs, and CPU cores / memory as fair share / allocated / requested",
-        title_justify="left",
-    )
-    table.add_column("queue", overflow="fold")
-    for column in ("GPU quota", "limit", "fair share", "allocated", "requested"):
-        table.add_column(column, justify="right")
-    table.add_column("CPU cores", justify="right")
-    table.add_column("memory", justify="right")
-    table.add_column("running / pending", justify="right")
-    empty = pb.QueueResource(limit=-1)
-    for queue, depth in _queue_rows(queues):
-        gpu = queue.resources.get(GPU, empty)
-        cells = [
-            _amount(GPU, gpu.quota),
-            _amount(GPU, gpu.limit),
-            _amount(GPU, gpu.fair_share),
-            _amount(GPU, gpu.allocated),
-            _amount(GPU, gpu.requested),
-        ]
-        for resource in ("cpu", "memory"):
-            r = queue.resources.get(resource, empty)
-            cells.append(" / ".join(_amount(resource, v) for v in (r.fair_share, r.allocated, r.requested)))
-        cells.append(f"{queue.workloads_running} / {queue.workloads_pending}")
-        table.add_row("  " * depth + queue.name, *cells)
-    return table
-
-
-def _explanation(e: pb.Explanation) -> Group:
-    parts: list[Text | Table] = []
-    head = Text(f"{e.id}: ")
-    head.append_text(_state(e.state))
-    if e.cause:
-        head.append(f" ({e.cause})")
-    parts.append(head)
-    if e.message:
-        parts.append(Text(e.message))
-    if e.evicted_by:
-        parts.append(Text(f"evicted to make room for {e.evicted_by}"))
-    if e.HasField("gang"):
-        g = e.gang
-        line = (
-            f"gang: {g.min_available} required, {g.pods_existing} exist, {g.pods_bound} bound, "
-            f"{g.pods_placeable} more would fit now"
-        )
-        parts.append(Text(line))
-    if e.predicates:
-        parts.append(Text("nodes that refuse its next pod, each cause counted on its own:"))
-        parts.extend(_refusal(p, e.nodes_total) for p in e.predicates)
-    if e.HasField("queue"):
-        parts.append(_queues_table([e.queue]))
-    if e.ahead:
-        ahead = Table(title="Ahead in its queue", title_justify="left")
-        for column in ("workload", "queue", "priority"):
-            ahead.add_column(column)
-        for ref in e.ahead:
-            ahead.add_row(ref.id, ref.queue, str(ref.priority))
-        parts.append(ahead)
-    if e.to_free:
-        parts.append(Text(f"to free for its next pods: {_resources(e.to_free)}"))
-    return Group(*parts)
-
-
-def _refusal(failure: pb.PredicateFailure, total: int) -> Text:
-    """One cause as the engine words it ("3 of 4 nodes: host port 8080/TCP in use"), with the
-    kube-scheduler filter it is named after, dimmed."""
-    line = Text(f"  {failure.nodes} of {total} nodes: {failure.message}  ")
-    line.append(f"[{failure.predicate}]", style="dim")
-    return line
-
-
-def _what_if_view(response: pb.WhatIfResponse) -> Group:
-    parts: list[Text | Table] = [
-        Text(
-            f"what if: {len(response.binds)} pod(s) would be bound, {len(response.evictions)} evicted, "
-            f"{len(response.pipelined)} pipelined; nothing was applied"
-        )
-    ]
-    placements = (
-        ("Would bind", response.binds),
-        ("Would pipeline (bound once evicted pods are gone)", response.pipelined),
-    )
-    for title, rows in placements:
-        if rows:
-            table = Table(title=title, title_justify="left")
-            for column in ("workload", "pod", "node"):
-                table.add_column(column, overflow="fold")
-            for row in rows:
-                table.add_row(row.workload, row.pod, row.node)
-            parts.append(table)
-    if response.evictions:
-        evictions = Table(title="Would evict", title_justify="left")
-        for column in ("workload", "pod", "node", "cause", "for"):
-            evictions.add_column(column, overflow="fold")
-        for ev in response.evictions:
-            evictions.add_row(ev.workload, ev.pod, ev.node, ev.cause, ev.for_workload)
-        parts.append(evictions)
-    parts.append(_workloads_table(response.workloads, "Workloads after the cycle"))
-    return Group(*parts)
-
-
-def _show(output: Output, answer: Message | Sequence[Message], view: Callable[[], RenderableType]) -> None:
-    """A command's answer: the message(s) as JSON for `--output json`, else ``view()`` for people."""
-    if output == Output.JSON:
-        _print_json(_as_dict(answer) if isinstance(answer, Message) else [_as_dict(m) for m in answer])
-    else:
-        terminal_console().print(view())
-
-
-# ------------------------------------------------------------------------------------- requests
 
 
 def _submit_requests(path: Path, namespace: str | None, name: str | None) -> list[pb.SubmitWorkloadRequest]:
@@ -628,7 +334,7 @@ def submit(
     requests = _submit_requests(file, namespace, name)
     with _connect(connection) as client:
         responses = [client.submit_workload(request) for request in requests]
-    _show(output, responses, lambda: _workloads_table([r.workload for r in responses], "Submitted"))
+    show(output, responses, lambda: workloads_table([r.workload for r in responses], "Submitted"))
 
 
 @_command()
@@ -653,12 +359,12 @@ def status(
     """Show one workload, or list workloads (every page) with optional filters."""
     if workload is not None:
         if namespace is not None or queue is not None or state is not None:
-            _fail("--namespace, --queue and --state filter a list; not with NAMESPACE/NAME")
+            error_exit("--namespace, --queue and --state filter a list; not with NAMESPACE/NAME")
         workload_id = parse_id(workload)
     with _connect(connection) as client:
         if workload is not None:
             found = client.get_workload(pb.GetWorkloadRequest(id=workload_id))
-            _show(output, found, lambda: _workload_detail(found))
+            show(output, found, lambda: workload_detail(found))
             return
         listed: list[pb.Workload] = []
         request = pb.ListWorkloadsRequest(
@@ -670,18 +376,7 @@ def status(
             if not page.next_page_token:
                 break
             request.page_token = page.next_page_token
-    _show(output, listed, lambda: _workloads_table(listed))
-
-
-def _event_line(event: pb.WorkloadEvent) -> Text:
-    w = event.workload
-    line = Text(f"{pb.WorkloadEvent.Type.Name(event.type):8} {w.id} ")
-    line.append_text(_state(w.state))
-    line.append(f" {w.pods_bound}/{w.pods} bound")
-    reason = ": ".join(p for p in (w.reason, w.message) if p)
-    if reason:
-        line.append(f"  {reason}")
-    return line
+    show(output, listed, lambda: workloads_table(listed))
 
 
 @_command()
@@ -732,9 +427,9 @@ def watch(
             follower = client.follow_workloads(request, stop, reconnect_timeout=reconnect_timeout)
             for event in follower:
                 if output == Output.JSON:
-                    typer.echo(json.dumps(_as_dict(event), sort_keys=True))
+                    typer.echo(json.dumps(as_dict(event), sort_keys=True))
                 else:
-                    console.print(_event_line(event), soft_wrap=True)
+                    console.print(event_line(event), soft_wrap=True)
     except KeyboardInterrupt:  # a second Ctrl-C, while the first one's stop is under way
         stop.set()
     if follower is not None and follower.resume_token and output == Output.TABLE:
@@ -778,7 +473,7 @@ def explain(
     workload_id = parse_id(workload)
     with _connect(connection) as client:
         explanation = client.explain(pb.ExplainRequest(id=workload_id))
-    _show(output, explanation, lambda: _explanation(explanation))
+    show(output, explanation, lambda: explanation_view(explanation))
 
 
 @_command()
@@ -786,7 +481,7 @@ def queues(connection: Connection, output: OutputOption = Output.TABLE) -> None:
     """The queue tree with each queue's quota, limit, fair share, allocation and request."""
     with _connect(connection) as client:
         listed = client.list_queues(pb.ListQueuesRequest())
-    _show(output, listed.queues, lambda: _queues_table(listed.queues))
+    show(output, listed.queues, lambda: queues_table(listed.queues))
 
 
 @_command("what-if")
@@ -826,4 +521,4 @@ def what_if(
     request = _what_if_request(file, namespace, remove_node or [])
     with _connect(connection) as client:
         response = client.what_if(request)
-    _show(output, response, lambda: _what_if_view(response))
+    show(output, response, lambda: what_if_view(response))

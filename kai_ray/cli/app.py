@@ -21,3 +21,9 @@ def fail(problems: list[str]) -> NoReturn:
     for line in problems:
         typer.echo(line, err=True)
     raise typer.Exit(code=2)
+
+
+def error_exit(message: str, code: int = 2) -> NoReturn:
+    """The API commands' one line, `error: ...` on stderr, and their exit status (2: bad input)."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=code)

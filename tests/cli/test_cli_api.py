@@ -15,7 +15,7 @@ from grpc_support import make_pki, mutual_tls
 from typer.testing import CliRunner
 
 from kai_ray.cli import app
-from kai_ray.cli.api import offline_client
+from kai_ray.cli.offline import offline_client
 from kai_ray.rpc.caller import Caller
 from kai_ray.v1 import scheduler_pb2 as pb
 
