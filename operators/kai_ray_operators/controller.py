@@ -34,11 +34,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kai_ray.api.constants import POD_GROUP_NAME_ANNOTATION
-from kai_ray.cluster.kube.cache import RESOURCES, ClusterCache
+from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.calls import MERGE_PATCH, api_error_message, run_bounded
 from kai_ray.cluster.kube.events import EventWriter, ObjectRef
 from kai_ray.cluster.kube.grouping import PODGROUPER_WARNING, GroupingResult
 from kai_ray.cluster.kube.reduced import reduce_pod
+from kai_ray.cluster.kube.resources import RESOURCES
 from kai_ray_operators.cluster_reader import ClusterReader, ReadTrace
 from kai_ray_operators.config import GroupingConfig
 from kai_ray_operators.errors import GroupingError

@@ -36,46 +36,31 @@ import copy
 import functools
 import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, cast
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 
 from kai_ray.api.constants import (
-    BINDREQUEST_API_VERSION,
     CORE_API_VERSION,
-    PODGROUP_API_VERSION,
-    PRIORITYCLASS_API_VERSION,
-    QUEUE_API_VERSION,
     SCHEDULER_NAME,
-    STORAGE_API_VERSION,
-    TOPOLOGY_API_VERSION,
 )
 from kai_ray.cluster.kube.reduced import (
-    REDUCED_KINDS,
     VERSION_ONLY_KINDS,
-    reduce,
-    reduce_pod,
     same_but_version,
 )
-from kai_ray.convert import occupancy_only
+from kai_ray.cluster.kube.resources import FOREIGN_POD, KINDS, RESOURCES, Resource, normalise, snake
+from kai_ray.cluster.kube.watcher import WATCH_EVENT_TYPES, Watcher
 
 __all__ = [
-    "FOREIGN_POD",
-    "KINDS",
-    "RESOURCES",
     "CacheChanges",
     "CacheContents",
     "CacheEntries",
     "CachedObject",
     "ClusterCache",
-    "Resource",
 ]
 
 log = logging.getLogger(__name__)
@@ -84,64 +69,7 @@ ObjectKey = tuple[str, str]
 """(namespace, name); the namespace is "" for cluster-scoped kinds."""
 
 
-FOREIGN_POD: Final = "ForeignPod"
-"""The cache's name for pods of other schedulers that occupy a node (their objects say `kind: Pod`)."""
-
-
-@dataclass(frozen=True)
-class Resource:
-    """One kind the cache follows, with what is needed to list and watch it.
-
-    `name` is the cache's key for it; it differs from `kind` only for `ForeignPod`.
-    """
-
-    kind: str
-    api_version: str
-    plural: str
-    namespaced: bool
-    name: str = ""
-
-    @property
-    def key(self) -> str:
-        return self.name or self.kind
-
-    @property
-    def group(self) -> str:
-        return self.api_version.rpartition("/")[0]
-
-    @property
-    def version(self) -> str:
-        return self.api_version.rpartition("/")[2]
-
-
-RESOURCES: Final[Mapping[str, Resource]] = {
-    r.key: r
-    for r in (
-        Resource("Pod", CORE_API_VERSION, "pods", namespaced=True),
-        Resource("Pod", CORE_API_VERSION, "pods", namespaced=True, name=FOREIGN_POD),
-        Resource("Node", CORE_API_VERSION, "nodes", namespaced=False),
-        Resource("Namespace", CORE_API_VERSION, "namespaces", namespaced=False),
-        Resource("Queue", QUEUE_API_VERSION, "queues", namespaced=False),
-        Resource("PodGroup", PODGROUP_API_VERSION, "podgroups", namespaced=True),
-        Resource("BindRequest", BINDREQUEST_API_VERSION, "bindrequests", namespaced=True),
-        Resource("PriorityClass", PRIORITYCLASS_API_VERSION, "priorityclasses", namespaced=False),
-        Resource("Topology", TOPOLOGY_API_VERSION, "topologies", namespaced=False),
-        Resource("PersistentVolumeClaim", CORE_API_VERSION, "persistentvolumeclaims", namespaced=True),
-        Resource("PersistentVolume", CORE_API_VERSION, "persistentvolumes", namespaced=False),
-        Resource("StorageClass", STORAGE_API_VERSION, "storageclasses", namespaced=False),
-        Resource("ConfigMap", CORE_API_VERSION, "configmaps", namespaced=True),
-    )
-}
-KINDS: Final = tuple(RESOURCES)
-
-_LIST_PAGE = 500
-_CONNECT_TIMEOUT = 10.0
-_LIST_READ_TIMEOUT = 60.0
-_BACKOFF_START = 0.1
-_BACKOFF_MAX = 5.0
-_MISSING_KIND_RETRY = 30.0
 _TOMBSTONES = 10_000
-WATCH_EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED")
 _LOG_SLACK = 1_000
 
 
@@ -193,14 +121,6 @@ class CacheChanges:
     changed: Mapping[str, Mapping[ObjectKey, CachedObject | None]]
 
 
-class _Expired(Exception):
-    """The server no longer has the resourceVersion we watch from (410 Gone): re-list."""
-
-
-class _MissingKind(Exception):
-    """The kind is not served (its CRD is not installed)."""
-
-
 class ClusterCache:
     """List+watch of Pods (of one scheduler), Nodes, Namespaces, Queues, PodGroups, BindRequests,
     PriorityClasses, Topologies and the storage objects and ConfigMaps pods name, one
@@ -243,7 +163,7 @@ class ClusterCache:
         self._log: dict[str, dict[ObjectKey, int]] = {kind: {} for kind in self._kinds}
         self._log_floor = 0
         self._stop = threading.Event()
-        self._watchers: dict[str, _Watcher] = {}
+        self._watchers: dict[str, Watcher] = {}
         self._threads: list[threading.Thread] = []
         self._watch_api: Any = None
 
@@ -257,7 +177,16 @@ class ClusterCache:
         config.connection_pool_maxsize = max(config.connection_pool_maxsize or 0, len(self._kinds) + 2)
         self._watch_api = client.ApiClient(config)
         for kind in self._kinds:
-            watcher = _Watcher(self, RESOURCES[kind])
+            resource = RESOURCES[kind]
+            watcher = Watcher(
+                resource,
+                self._list_call(resource),
+                self._selector(resource),
+                self._stop,
+                self._watch_timeout,
+                self._replace,
+                self.apply_event,
+            )
             thread = threading.Thread(target=watcher.run, name=f"kai-cache-{kind}", daemon=True)
             self._watchers[kind] = watcher
             self._threads.append(thread)
@@ -450,7 +379,7 @@ class ClusterCache:
         """
         if kind not in self._stores:
             return False
-        data = _normalise(dict(obj), RESOURCES[kind])
+        data = normalise(dict(obj), RESOURCES[kind])
         if not self._wanted(kind, data):
             return False
         return self._upsert(kind, data)
@@ -459,7 +388,7 @@ class ClusterCache:
         """Record that a writer deleted `obj` (only its metadata is read); returns whether it was cached."""
         if kind not in self._stores:
             return False
-        return self._delete(kind, _normalise(dict(obj), RESOURCES[kind]))
+        return self._delete(kind, normalise(dict(obj), RESOURCES[kind]))
 
     def apply_event(self, event_type: str, kind: str, obj: dict[str, Any]) -> bool:
         """Apply one watch event (ADDED, MODIFIED or DELETED) of `kind`, the cache's name for it,
@@ -470,7 +399,7 @@ class ClusterCache:
         """
         if kind not in self._stores:
             return False
-        data = _normalise(obj, RESOURCES[kind])
+        data = normalise(obj, RESOURCES[kind])
         if event_type == "DELETED":
             return self._delete(kind, data)
         if event_type not in WATCH_EVENT_TYPES:
@@ -573,10 +502,10 @@ class ClusterCache:
         if resource.api_version == CORE_API_VERSION:
             core = client.CoreV1Api(self._watch_api)
             if not resource.namespaced:
-                return cast(Callable[..., Any], getattr(core, f"list_{_snake(resource.kind)}"))
+                return cast(Callable[..., Any], getattr(core, f"list_{snake(resource.kind)}"))
             if ns:
-                return functools.partial(getattr(core, f"list_namespaced_{_snake(resource.kind)}"), ns)
-            return cast(Callable[..., Any], getattr(core, f"list_{_snake(resource.kind)}_for_all_namespaces"))
+                return functools.partial(getattr(core, f"list_namespaced_{snake(resource.kind)}"), ns)
+            return cast(Callable[..., Any], getattr(core, f"list_{snake(resource.kind)}_for_all_namespaces"))
         if resource.kind == "PriorityClass":
             return client.SchedulingV1Api(self._watch_api).list_priority_class
         if resource.kind == "StorageClass":
@@ -604,176 +533,6 @@ class ClusterCache:
                 "status.phase!=Succeeded,status.phase!=Failed"
             }
         return {}
-
-
-class _Watcher:
-    """Keeps one kind's store in step with the server; its `run` is the thread body."""
-
-    def __init__(self, cache: ClusterCache, resource: Resource) -> None:
-        self._cache = cache
-        self._resource = resource
-        self._call = cache._list_call(resource)
-        self._selector = cache._selector(resource)
-        self._rv: str | None = None
-        self._listed = False
-        self._response: Any = None
-        self._restart_from: str | None = None
-        self._lock = threading.Lock()
-
-    def run(self) -> None:
-        delay = _BACKOFF_START
-        stop = self._cache._stop
-        while not stop.is_set():
-            try:
-                with self._lock:
-                    if self._restart_from is not None:
-                        self._rv, self._restart_from = self._restart_from, None
-                if self._rv is None:
-                    self._list()
-                if self._watch():
-                    delay = _BACKOFF_START
-            except _Expired as error:
-                log.info("%s: %s; re-listing", self._resource.key, error)
-                self._rv = None
-            except _MissingKind:
-                log.warning("%s is not served by the API server; retrying", self._resource.key)
-                stop.wait(_MISSING_KIND_RETRY)
-            except Exception as error:  # connection loss, 5xx, 403 ...: never end the thread
-                if stop.is_set():
-                    break
-                if self._interrupted():
-                    continue
-                log.warning("%s watch failed (%s); retrying in %.1fs", self._resource.key, error, delay)
-                stop.wait(delay * (0.5 + random.random()))
-                delay = min(delay * 2, _BACKOFF_MAX)
-
-    def interrupt(self) -> None:
-        """Break a blocked read of the current watch (on stop or a requested restart).
-
-        Callers set the stop event or `_restart_from` first; `_watch` registers its
-        response under the same lock and checks both, so no watch slips through.
-        """
-        with self._lock:
-            response = self._response
-        if response is None:
-            return
-        shutdown = getattr(response, "shutdown", None)  # urllib3 >= 2.3 unblocks a reading thread
-        try:
-            if shutdown is not None:
-                shutdown()
-            else:
-                response.close()
-        except Exception as error:  # already closed or torn down: nothing left to interrupt
-            log.debug("%s: interrupt: %s", self._resource.key, error)
-
-    def restart_from(self, resource_version: str) -> None:
-        with self._lock:
-            self._restart_from = resource_version
-        self.interrupt()
-
-    def _interrupted(self) -> bool:
-        with self._lock:
-            return self._restart_from is not None
-
-    def _list(self) -> None:
-        """Read every object page by page and replace the store; the watch starts at the list's RV."""
-        items: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            try:
-                response = self._call(
-                    **self._selector,
-                    limit=_LIST_PAGE,
-                    _continue=token,
-                    _preload_content=False,
-                    _request_timeout=(_CONNECT_TIMEOUT, _LIST_READ_TIMEOUT),
-                )
-            except ApiException as error:
-                if error.status == 404:
-                    self._cache._replace(self._resource.key, [], relist=False)
-                    raise _MissingKind from error
-                raise
-            try:
-                page = json.loads(response.data)
-            finally:
-                response.release_conn()
-            items.extend(_normalise(item, self._resource) for item in page.get("items") or [])
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or None
-            if token is None:
-                break
-        self._cache._replace(self._resource.key, items, relist=self._listed)
-        self._listed = True
-        self._rv = str(meta.get("resourceVersion") or "")
-
-    def _watch(self) -> bool:
-        """Follow events from `self._rv` until the server ends the watch; True if it ended normally."""
-        timeout = int(self._cache._watch_timeout * (1 + random.random()))
-        try:
-            response = self._call(
-                **self._selector,
-                watch=True,
-                resource_version=self._rv,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout,
-                _preload_content=False,
-                _request_timeout=(_CONNECT_TIMEOUT, timeout + 15),
-            )
-        except ApiException as error:
-            if error.status == 410:
-                raise _Expired(f"watch answered 410: {error.reason}") from error
-            raise
-        with self._lock:
-            abandoned = self._cache._stop.is_set() or self._restart_from is not None
-            self._response = None if abandoned else response
-        try:
-            if abandoned:
-                return False
-            for line in cast(Any, iter_resp_lines)(response):  # untyped helper of the client
-                if self._cache._stop.is_set() or self._interrupted():
-                    return False
-                if line:
-                    self._handle(json.loads(line))
-        finally:
-            with self._lock:
-                self._response = None
-            response.close()
-            response.release_conn()
-        return True
-
-    def _handle(self, event: Mapping[str, Any]) -> None:
-        kind, obj = event.get("type"), event.get("object") or {}
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise _Expired(str(obj.get("message") or "resource version expired"))
-            raise ApiException(status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}")
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
-        if kind in WATCH_EVENT_TYPES:
-            self._cache.apply_event(str(kind), self._resource.key, obj)
-        if rv:
-            self._rv = str(rv)
-
-
-def _normalise(obj: dict[str, Any], resource: Resource) -> dict[str, Any]:
-    """Fill in what list items omit and drop what nobody reads (see the module docstring)."""
-    obj.setdefault("apiVersion", resource.api_version)
-    obj.setdefault("kind", resource.kind)
-    if resource.key == FOREIGN_POD:
-        return occupancy_only(obj)
-    if resource.kind in REDUCED_KINDS:
-        return reduce(obj)
-    if resource.key == "Pod":
-        return reduce_pod(obj)
-    meta = obj.get("metadata")
-    if isinstance(meta, dict) and "managedFields" in meta:
-        obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-    return obj
-
-
-def _snake(kind: str) -> str:
-    """How the generated client names a core kind in its methods: PersistentVolumeClaim →
-    persistent_volume_claim."""
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")
 
 
 def _occupies_a_node(pod: Mapping[str, Any]) -> bool:

@@ -32,10 +32,11 @@ from kubernetes import client
 
 from kai_ray.api import ManifestProblem
 from kai_ray.api.constants import DEFAULT_NAMESPACE, NODE_POOL_LABEL
-from kai_ray.cluster.kube.cache import RESOURCES, ClusterCache
+from kai_ray.cluster.kube.cache import ClusterCache
 from kai_ray.cluster.kube.calls import PODGROUP_VERSION, PODGROUPS, CustomObjects, api_error_message, now_utc
 from kai_ray.cluster.kube.derived import DerivedTable
 from kai_ray.cluster.kube.events import EventWriter, ObjectRef
+from kai_ray.cluster.kube.resources import RESOURCES
 from kai_ray.cluster.kube.status import PodGroupRef, desired_conditions, mark_pod_unschedulable
 from kai_ray.cluster.kube.warning_conditions import (
     Conditions,
