@@ -42,8 +42,9 @@ from kai_ray.cluster.kube.grouping import PodGrouper
 from kai_ray.cluster.kube.known import KnownObjects
 from kai_ray.cluster.kube.leader import LeaderElector, Standing
 from kai_ray.cluster.kube.planner import CycleListener, CyclePlanner, PlannedCycle
+from kai_ray.cluster.kube.queue_usage import queue_usage_from_book
 from kai_ray.cluster.kube.reporting import ProblemReporter
-from kai_ray.cluster.kube.status import PodGroupRef, StatusWriter, queue_usage_from_book
+from kai_ray.cluster.kube.status import PodGroupRef, StatusWriter
 from kai_ray.collector import collection_paused
 from kai_ray.distributed.executor import CountsShardFaults, Executor
 from kai_ray.engine.plan import Plan

@@ -27,7 +27,7 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client import ApiClient
@@ -36,9 +36,6 @@ from kubernetes.client.exceptions import ApiException
 from kai_ray.api.constants import (
     DEFAULT_NAMESPACE,
     DEFAULT_NODE_POOL,
-    RESOURCE_CPU,
-    RESOURCE_GPU,
-    RESOURCE_MEMORY,
     SCHEDULER_NAME,
 )
 from kai_ray.cluster.kube.calls import (
@@ -57,6 +54,7 @@ from kai_ray.cluster.kube.calls import (
     split_job_key,
 )
 from kai_ray.cluster.kube.events import EventWriter, ObjectRef
+from kai_ray.cluster.kube.queue_usage import quantity
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.reasons import PendingReason
 from kai_ray.model.objects import ACTIVE_ALLOCATED, TaskStatus
@@ -69,7 +67,6 @@ __all__ = [
     "StatusWriter",
     "desired_conditions",
     "mark_pod_unschedulable",
-    "queue_usage_from_book",
     "write_podgroup_status",
     "write_queue_status",
 ]
@@ -486,7 +483,7 @@ class StatusWriter:
     def _write_queue(self, name: str, usage: Mapping[str, Mapping[str, Any]], result: StatusResult) -> None:
         try:
             desired = {
-                section: {str(k): _quantity(v) for k, v in values.items()}
+                section: {str(k): quantity(v) for k, v in values.items()}
                 for section, values in usage.items()
                 if section in ("allocated", "requested", "allocatedNonPreemptible")
             }
@@ -537,17 +534,6 @@ def _plan_jobs(plan: Plan) -> dict[str, dict[str, TaskStatus]]:
     return jobs
 
 
-def _quantity(value: Any) -> str:
-    """A ResourceList value in wire form: numbers become the shortest exact decimal."""
-    if isinstance(value, bool):
-        raise TypeError(f"not a quantity: {value!r}")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return f"{value:.6f}".rstrip("0").rstrip(".") if value != int(value) else str(int(value))
-    return str(value)
-
-
 # --------------------------------------------------------------------------------------------
 # Module-level conveniences
 
@@ -571,42 +557,3 @@ def write_queue_status(
 ) -> StatusResult:
     """One-shot `StatusWriter.write_queue_status` (writes every queue given)."""
     return StatusWriter(api, concurrency=concurrency).write_queue_status(queues)
-
-
-class QueueArrays(Protocol):
-    """The parts of the engine's ``QueueBook`` that queue status is made of (columns cpu, memory, gpu)."""
-
-    names: list[str]
-    request: Any
-
-    @property
-    def allocated(self) -> Any: ...
-
-    @property
-    def allocated_non_preemptible(self) -> Any: ...
-
-
-def queue_usage_from_book(book: QueueArrays) -> dict[str, dict[str, dict[str, str]]]:
-    """Queue status ResourceLists from a session's queue accounting.
-
-    Units follow the engine (cpu millicores, memory bytes, GPUs in devices) and come out as
-    KAI writes them: ``cpu: "1500m"``, ``memory: "2147483648"``, ``nvidia.com/gpu: "1.5"``.
-    All three resources are always present, so a resource dropping to zero is written as 0.
-    """
-
-    def resources(row: Any) -> dict[str, str]:
-        cpu, memory, gpu = (float(v) for v in row)
-        return {
-            RESOURCE_CPU: f"{round(cpu)}m",
-            RESOURCE_MEMORY: str(round(memory)),
-            RESOURCE_GPU: _quantity(round(gpu, 6)),
-        }
-
-    return {
-        name: {
-            "allocated": resources(book.allocated[i]),
-            "allocatedNonPreemptible": resources(book.allocated_non_preemptible[i]),
-            "requested": resources(book.request[i]),
-        }
-        for i, name in enumerate(book.names)
-    }
