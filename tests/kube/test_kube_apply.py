@@ -23,11 +23,11 @@ from kai_ray.api.config import SchedulerConfig
 from kai_ray.cluster.kube.apply import apply_plan, bind_request_body, received_gpu
 from kai_ray.cluster.kube.binder import Binder
 from kai_ray.cluster.kube.events import EventWriter
+from kai_ray.cluster.kube.queue_usage import queue_usage_from_book
 from kai_ray.cluster.kube.status import (
     PodGroupRef,
     StatusWriter,
     desired_conditions,
-    queue_usage_from_book,
     write_podgroup_status,
     write_queue_status,
 )
