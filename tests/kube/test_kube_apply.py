@@ -20,7 +20,8 @@ from kubernetes import client
 
 from kai_ray.api import BindRequest
 from kai_ray.api.config import SchedulerConfig
-from kai_ray.cluster.kube.apply import apply_plan, bind_request_body, received_gpu
+from kai_ray.cluster.kube.apply import apply_plan
+from kai_ray.cluster.kube.bind_requests import bind_request_body, received_gpu
 from kai_ray.cluster.kube.binder import Binder
 from kai_ray.cluster.kube.events import EventWriter
 from kai_ray.cluster.kube.queue_usage import queue_usage_from_book

@@ -14,7 +14,8 @@ import pytest
 from kube_support import gone, node_of, running_on, wait_for
 from kubernetes import client
 
-from kai_ray.cluster.kube.apply import apply_plan, bind_request_body
+from kai_ray.cluster.kube.apply import apply_plan
+from kai_ray.cluster.kube.bind_requests import bind_request_body
 from kai_ray.cluster.kube.binder import Binder, bind_request_failed, gpu_group_labels
 from kai_ray.engine.plan import Bind, Plan
 
