@@ -18,6 +18,8 @@ from kai_ray.rpc.client import (
     SchedulerClient,
     WorkloadFollower,
     WorkloadSource,
+)
+from kai_ray.rpc.requests import (
     is_manifest_document,
     load_documents,
     manifests_request,

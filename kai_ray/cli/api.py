@@ -48,13 +48,15 @@ from kai_ray.rpc.client import (
     KaiRayClient,
     SchedulerClient,
     WorkloadFollower,
+)
+from kai_ray.rpc.errors import ErrorCode, ServiceError
+from kai_ray.rpc.requests import (
     is_manifest_document,
     load_documents,
     manifests_request,
     parse_id,
     request_from_dict,
 )
-from kai_ray.rpc.errors import ErrorCode, ServiceError
 from kai_ray.v1 import scheduler_pb2 as pb
 
 __all__ = ["Output", "OutputOption", "app"]

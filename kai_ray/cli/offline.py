@@ -10,10 +10,7 @@ import typer
 from kai_ray.cli.app import error_exit
 
 __all__ = ["OfflineClient", "offline", "offline_client"]
-from kai_ray.rpc.client import (
-    LocalClient,
-    SchedulerClient,
-)
+from kai_ray.rpc.client import LocalClient, SchedulerClient
 from kai_ray.v1 import scheduler_pb2 as pb
 
 

@@ -14,16 +14,9 @@ from fake_scheduler import FakeServer, FakeService, serve_fake
 from grpc_support import make_pki, mutual_tls
 
 from kai_ray.rpc.caller import Caller
-from kai_ray.rpc.client import (
-    KaiRayClient,
-    LocalClient,
-    RemoteError,
-    manifests_request,
-    parse_id,
-    submit_manifests,
-    workload_spec_from_yaml,
-)
+from kai_ray.rpc.client import KaiRayClient, LocalClient, RemoteError
 from kai_ray.rpc.errors import ErrorCode, ServiceError
+from kai_ray.rpc.requests import manifests_request, parse_id, submit_manifests, workload_spec_from_yaml
 from kai_ray.v1 import scheduler_pb2 as pb
 
 SPEC = """\
