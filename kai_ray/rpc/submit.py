@@ -12,9 +12,7 @@ Every check names the request field at fault.  Choices:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Container
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -26,12 +24,9 @@ from kai_ray.api import (
     PodGroup,
     PriorityClass,
     Queue,
-    SourcedObject,
     Topology,
     format_path,
-    load_sourced_objects,
     parse_quantity,
-    read_manifest_text,
 )
 from kai_ray.api.constants import (
     GPU_FRACTION,
@@ -45,52 +40,30 @@ from kai_ray.api.constants import (
     SCHEDULER_NAME,
     SUBGROUP_LABEL,
 )
-from kai_ray.api.manifests import MODEL_KINDS, NAMESPACED_MODEL_KINDS
 from kai_ray.api.quantity import QuantityError
 from kai_ray.convert import JobContext, job_problems
 from kai_ray.rpc.backend import BackendView, Grouper
 from kai_ray.rpc.caller import Caller
 from kai_ray.rpc.errors import ErrorCode, ServiceError
-from kai_ray.rpc.objects import WORKLOAD_LABEL, priority_values, queues_of, rfc3339
+from kai_ray.rpc.objects import WORKLOAD_LABEL, rfc3339
+from kai_ray.rpc.submission import (
+    MAX_PODS,
+    Submission,
+    check_name,
+    check_priority_class,
+    check_queue,
+    generated_name,
+    invalid,
+)
+from kai_ray.rpc.submit_manifests import from_manifests
 from kai_ray.rpc.workloads import Members
 from kai_ray.v1 import scheduler_pb2 as pb
 
-__all__ = ["MAX_PODS", "Submission", "build_submission"]
+__all__ = ["build_submission"]
 
-MAX_PODS = 10_000
-"""Pods one workload may have; more is RESOURCE_EXHAUSTED (a typo like 100000 replicas)."""
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_MAX_NAME = 63
 _OPERATORS = ("", "Equal", "Exists")
 _EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 _MIB = 2**20
-
-
-@dataclass
-class Submission:
-    """What one submit creates, in creation order (PodGroups before their pods).
-
-    `checked`: the objects whose conversion stands for all of them (None: every object).  A pod
-    set's replicas differ from its first pod only in the name, and every problem conversion can
-    find in a pod is found in each replica alike, so converting the first is enough; at four
-    pods a workload that was half of a submit's time.
-    """
-
-    members: Members
-    objects: list[ApiObject] = field(default_factory=list)
-    checked: list[ApiObject] | None = None
-
-
-def _invalid(field_path: str, message: str) -> ServiceError:
-    return ServiceError(ErrorCode.INVALID_ARGUMENT, message, field_path)
-
-
-def _check_name(value: str, field_path: str) -> None:
-    if len(value) > _MAX_NAME or not _NAME.match(value):
-        raise _invalid(
-            field_path,
-            f"must be a DNS label (lower-case letters, digits, '-'; at most {_MAX_NAME}), got {value!r}",
-        )
 
 
 def build_submission(
@@ -108,18 +81,18 @@ def build_submission(
     what-if's hypothetical workloads).
     """
     if not request.namespace:
-        raise _invalid(prefix + "namespace", "required")
-    _check_name(request.namespace, prefix + "namespace")
+        raise invalid(prefix + "namespace", "required")
+    check_name(request.namespace, prefix + "namespace")
     caller.require(request.namespace)
     source = request.WhichOneof("source")
     if source is None:
-        raise _invalid(prefix + "source", "give a workload or manifests")
+        raise invalid(prefix + "source", "give a workload or manifests")
     if request.name:
-        _check_name(request.name, prefix + "name")
+        check_name(request.name, prefix + "name")
     if source == "workload":
         submission = _from_spec(request, view, taken, prefix)
     else:
-        submission = _from_manifests(request, view, grouper, taken, prefix)
+        submission = from_manifests(request, view, grouper, taken, prefix)
     _check_converts(submission, view, prefix + ("workload" if source == "workload" else "manifests"))
     return submission
 
@@ -133,14 +106,14 @@ def _from_spec(
     spec = request.workload
     at = prefix + "workload"
     if not spec.pod_sets:
-        raise _invalid(f"{at}.pod_sets", "at least one pod set is required")
-    name = request.name or _generated_name(request.namespace, spec.pod_sets[0].name or "workload", taken)
+        raise invalid(f"{at}.pod_sets", "at least one pod set is required")
+    name = request.name or generated_name(request.namespace, spec.pod_sets[0].name or "workload", taken)
     if f"{request.namespace}/{name}" in taken:
         raise ServiceError(
             ErrorCode.ALREADY_EXISTS, f"workload {request.namespace}/{name} already exists", prefix + "name"
         )
-    _check_queue(spec.queue, view, f"{at}.queue")
-    _check_priority_class(spec.priority_class, view, f"{at}.priority_class")
+    check_queue(spec.queue, view, f"{at}.queue")
+    check_priority_class(spec.priority_class, view, f"{at}.priority_class")
     leaves = _check_sub_groups(spec, at)
     _check_topology(spec.topology, view, f"{at}.topology")
     for index, group in enumerate(spec.sub_groups):
@@ -148,11 +121,11 @@ def _from_spec(
     pods_per_set = _check_pod_sets(spec, leaves, at)
     total = sum(pods_per_set)
     if spec.min_available < 0:
-        raise _invalid(f"{at}.min_available", f"must be >= 0, got {spec.min_available}")
+        raise invalid(f"{at}.min_available", f"must be >= 0, got {spec.min_available}")
     if spec.sub_groups and spec.min_available:
-        raise _invalid(f"{at}.min_available", "with sub_groups, give min_available per SubGroup")
+        raise invalid(f"{at}.min_available", "with sub_groups, give min_available per SubGroup")
     if spec.min_available > total:
-        raise _invalid(f"{at}.min_available", f"{spec.min_available} required, {total} exist")
+        raise invalid(f"{at}.min_available", f"{spec.min_available} required, {total} exist")
     members = Members(request.namespace, name)
     submission = Submission(members, checked=[])
     created = rfc3339(view.now)
@@ -181,45 +154,6 @@ def _renamed(pod: ApiObject, name: str) -> ApiObject:
     return pod.model_copy(update={"metadata": pod.metadata.model_copy(update={"name": name})})
 
 
-def _generated_name(namespace: str, base: str, taken: Container[str]) -> str:
-    """BASE-N with the smallest N not in use: deterministic for the same sequence of submits."""
-    used = taken
-    base = base[: _MAX_NAME - 7]
-    number = 1
-    while f"{namespace}/{base}-{number}" in used:
-        number += 1
-    return f"{base}-{number}"
-
-
-def _check_queue(queue: str, view: BackendView, at: str) -> None:
-    if not queue:
-        raise _invalid(at, "required: the leaf queue to charge")
-    queues = queues_of(view)
-    if queue not in queues:
-        known = ", ".join(sorted(n for n in queues if not _has_children(n, queues))) or "none"
-        raise ServiceError(
-            ErrorCode.FAILED_PRECONDITION, f"queue {queue!r} does not exist (leaf queues: {known})", at
-        )
-    if _has_children(queue, queues):
-        raise ServiceError(
-            ErrorCode.FAILED_PRECONDITION,
-            f"queue {queue!r} is a parent queue; submit to one of its leaves",
-            at,
-        )
-
-
-def _has_children(name: str, queues: dict[str, Any]) -> bool:
-    return any(q.spec.parent_queue == name for q in queues.values())
-
-
-def _check_priority_class(name: str, view: BackendView, at: str) -> None:
-    if name and name not in priority_values(view):
-        known = ", ".join(sorted(priority_values(view)))
-        raise ServiceError(
-            ErrorCode.FAILED_PRECONDITION, f"priority class {name!r} does not exist ({known})", at
-        )
-
-
 def _check_topology(constraint: pb.TopologyConstraint, view: BackendView, at: str) -> None:
     """A constraint the scheduler can act on, refused now otherwise: a topology and a level go
     together, and the topology must exist and have that level (by node label or alias). The
@@ -229,10 +163,10 @@ def _check_topology(constraint: pb.TopologyConstraint, view: BackendView, at: st
     if not constraint.topology:
         for field_name, level in levels.items():
             if level:
-                raise _invalid(f"{at}.topology", f"required with {field_name} {level!r}")
+                raise invalid(f"{at}.topology", f"required with {field_name} {level!r}")
         return
     if not any(levels.values()):
-        raise _invalid(f"{at}.required_level", "a topology needs a required_level or a preferred_level")
+        raise invalid(f"{at}.required_level", "a topology needs a required_level or a preferred_level")
     topologies = {name: obj for (_, name), obj in view.all("Topology").items() if isinstance(obj, Topology)}
     topology = topologies.get(constraint.topology)
     if topology is None:
@@ -268,19 +202,19 @@ def _check_sub_groups(spec: pb.WorkloadSpec, at: str) -> set[str]:
     """SubGroup names unique, parents existing; returns the leaves (where pods go)."""
     names: list[str] = []
     for index, group in enumerate(spec.sub_groups):
-        _check_name(group.name, f"{at}.sub_groups[{index}].name")
+        check_name(group.name, f"{at}.sub_groups[{index}].name")
         if group.name in names:
-            raise _invalid(f"{at}.sub_groups[{index}].name", f"duplicate SubGroup {group.name!r}")
+            raise invalid(f"{at}.sub_groups[{index}].name", f"duplicate SubGroup {group.name!r}")
         if group.min_available < 0:
-            raise _invalid(
+            raise invalid(
                 f"{at}.sub_groups[{index}].min_available", f"must be >= 0, got {group.min_available}"
             )
         names.append(group.name)
     for index, group in enumerate(spec.sub_groups):
         if group.parent and group.parent not in names:
-            raise _invalid(f"{at}.sub_groups[{index}].parent", f"SubGroup {group.parent!r} does not exist")
+            raise invalid(f"{at}.sub_groups[{index}].parent", f"SubGroup {group.parent!r} does not exist")
         if group.parent == group.name:
-            raise _invalid(f"{at}.sub_groups[{index}].parent", "a SubGroup cannot be its own parent")
+            raise invalid(f"{at}.sub_groups[{index}].parent", "a SubGroup cannot be its own parent")
     parents = {g.parent for g in spec.sub_groups if g.parent}
     return {n for n in names if n not in parents}
 
@@ -292,9 +226,9 @@ def _check_pod_sets(spec: pb.WorkloadSpec, leaves: set[str], at: str) -> list[in
     for index, pod_set in enumerate(spec.pod_sets):
         here = f"{at}.pod_sets[{index}]"
         if pod_set.name:
-            _check_name(pod_set.name, f"{here}.name")
+            check_name(pod_set.name, f"{here}.name")
         if pod_set.name in seen:
-            raise _invalid(
+            raise invalid(
                 f"{here}.name",
                 f"duplicate pod set name {pod_set.name!r}"
                 if pod_set.name
@@ -302,16 +236,16 @@ def _check_pod_sets(spec: pb.WorkloadSpec, leaves: set[str], at: str) -> list[in
             )
         seen.add(pod_set.name)
         if pod_set.replicas < 1:
-            raise _invalid(f"{here}.replicas", f"must be >= 1, got {pod_set.replicas}")
+            raise invalid(f"{here}.replicas", f"must be >= 1, got {pod_set.replicas}")
         if spec.sub_groups:
             if pod_set.sub_group not in leaves:
-                raise _invalid(
+                raise invalid(
                     f"{here}.sub_group",
                     f"must name a leaf SubGroup ({', '.join(sorted(leaves))}), got {pod_set.sub_group!r}",
                 )
             per_leaf[pod_set.sub_group] = per_leaf.get(pod_set.sub_group, 0) + pod_set.replicas
         elif pod_set.sub_group:
-            raise _invalid(
+            raise invalid(
                 f"{here}.sub_group",
                 f"SubGroup {pod_set.sub_group!r} does not exist (the workload has no sub_groups)",
             )
@@ -326,7 +260,7 @@ def _check_pod_sets(spec: pb.WorkloadSpec, leaves: set[str], at: str) -> list[in
     for index, group in enumerate(spec.sub_groups):
         if group.name in leaves and group.min_available > per_leaf.get(group.name, 0):
             exist = per_leaf.get(group.name, 0)
-            raise _invalid(
+            raise invalid(
                 f"{at}.sub_groups[{index}].min_available", f"{group.min_available} required, {exist} exist"
             )
     return counts
@@ -338,33 +272,33 @@ def _check_template(template: pb.PodTemplate, at: str) -> None:
         try:
             amount = parse_quantity(text)
         except QuantityError:
-            raise _invalid(where, f"not a quantity: {text!r}") from None
+            raise invalid(where, f"not a quantity: {text!r}") from None
         if amount < 0 or not math.isfinite(amount):
-            raise _invalid(where, f"must not be negative, got {text!r}")
+            raise invalid(where, f"must not be negative, got {text!r}")
     fraction = template.gpu_fraction
     if fraction:
         if not 0 < fraction < 1 or not math.isfinite(fraction):
-            raise _invalid(f"{at}.gpu_fraction", f"must be in (0, 1), got {fraction:g}")
+            raise invalid(f"{at}.gpu_fraction", f"must be in (0, 1), got {fraction:g}")
         if _whole_gpus(template):
-            raise _invalid(f"{at}.gpu_fraction", f'excludes requests["{RESOURCE_GPU}"]')
+            raise invalid(f"{at}.gpu_fraction", f'excludes requests["{RESOURCE_GPU}"]')
         if template.gpu_memory:
-            raise _invalid(f"{at}.gpu_fraction", "excludes gpu_memory")
+            raise invalid(f"{at}.gpu_fraction", "excludes gpu_memory")
     if template.gpu_memory:
         try:
             memory = parse_quantity(template.gpu_memory)
         except QuantityError:
-            raise _invalid(f"{at}.gpu_memory", f"not a quantity: {template.gpu_memory!r}") from None
+            raise invalid(f"{at}.gpu_memory", f"not a quantity: {template.gpu_memory!r}") from None
         if memory <= 0:
-            raise _invalid(f"{at}.gpu_memory", f"must be positive, got {template.gpu_memory!r}")
+            raise invalid(f"{at}.gpu_memory", f"must be positive, got {template.gpu_memory!r}")
         if _whole_gpus(template):
-            raise _invalid(f"{at}.gpu_memory", f'excludes requests["{RESOURCE_GPU}"]')
+            raise invalid(f"{at}.gpu_memory", f'excludes requests["{RESOURCE_GPU}"]')
     for index, toleration in enumerate(template.tolerations):
         if toleration.operator not in _OPERATORS:
-            raise _invalid(
+            raise invalid(
                 f"{at}.tolerations[{index}].operator", f"must be Equal or Exists, got {toleration.operator!r}"
             )
         if toleration.effect not in _EFFECTS:
-            raise _invalid(
+            raise invalid(
                 f"{at}.tolerations[{index}].effect",
                 f"must be one of {', '.join(e for e in _EFFECTS if e)}, got {toleration.effect!r}",
             )
@@ -462,139 +396,7 @@ def _pod(
     try:
         return Pod.model_validate(body)
     except ValidationError as error:
-        raise _invalid(f"{at}.template", str(error.errors()[0]["msg"])) from None
-
-
-# ---------------------------------------------------------------------------------- manifests
-
-
-def _from_manifests(
-    request: pb.SubmitWorkloadRequest,
-    view: BackendView,
-    grouper: Grouper | None,
-    taken: Container[str],
-    prefix: str,
-) -> Submission:
-    at = prefix + "manifests.documents"
-    documents: list[SourcedObject] = []
-    if not request.manifests.documents:
-        raise _invalid(at, "at least one document is required")
-    for index, text in enumerate(request.manifests.documents):
-        where = f"{at}[{index}]"
-        parsed, problems = read_manifest_text(text, where)
-        if problems:
-            problem = problems[0]
-            raise _invalid(
-                where, f"line {problem.line}: {problem.message}" if problem.line else problem.message
-            )
-        for document in parsed:
-            documents.append(_namespaced(document, request.namespace, where))
-    if not any(isinstance(d.data, dict) for d in documents):
-        raise _invalid(at, "no Kubernetes objects in the documents")
-    first = next(d.data for d in documents)
-    name = request.name or str(first.get("metadata", {}).get("name") or "")
-    if not name:
-        name = _generated_name(request.namespace, str(first.get("kind", "workload")).lower(), taken)
-    _check_name(name, prefix + "name")
-    if f"{request.namespace}/{name}" in taken:
-        raise ServiceError(
-            ErrorCode.ALREADY_EXISTS, f"workload {request.namespace}/{name} already exists", prefix + "name"
-        )
-    context = [_sourced(obj) for obj in [*view.all("Queue").values(), *view.all("PriorityClass").values()]]
-    if grouper is not None:
-        prepared = grouper([*context, *documents])
-        errors = [p for p in prepared.problems if not p.warning]
-        if errors:
-            raise _invalid(
-                errors[0].file if errors[0].file.startswith(at) else at, str(errors[0]).split(": ", 1)[-1]
-            )
-        produced = prepared.documents
-    else:
-        produced = documents
-    ours = [
-        d
-        for d in produced
-        if isinstance(d.data, dict)
-        and d.data.get("kind") in ("Pod", "PodGroup")
-        and (d.data.get("metadata") or {}).get("namespace") == request.namespace
-    ]
-    others = [
-        d
-        for d in produced
-        if d.data.get("kind") not in ("Pod", "PodGroup", "Queue", "PriorityClass", "Namespace")
-    ]
-    if others:
-        bad = others[0]
-        raise _invalid(
-            bad.file,
-            f"kind {bad.data.get('kind')!r} cannot be submitted (workloads, pods and PodGroups only)",
-        )
-    loaded = load_sourced_objects(ours)
-    if loaded.problems:
-        problem = loaded.problems[0]
-        raise _invalid(problem.file, str(problem).split(": ", 1)[-1])
-    members = Members(request.namespace, name)
-    submission = Submission(members)
-    created = rfc3339(view.now)
-    groups = [m for m in loaded.manifests if isinstance(m.obj, PodGroup)]
-    pods = [m for m in loaded.manifests if isinstance(m.obj, Pod)]
-    if not pods:
-        raise _invalid(at, "the documents make no pods of scheduler " + SCHEDULER_NAME)
-    for manifest in [*groups, *pods]:
-        obj = manifest.obj
-        if isinstance(obj, PodGroup):
-            _check_queue(obj.spec.queue, view, manifest.file)
-            _check_priority_class(obj.spec.priority_class_name, view, manifest.file)
-        labels = {**obj.metadata.labels, WORKLOAD_LABEL: name}
-        meta = obj.metadata.model_copy(
-            update={
-                "labels": labels,
-                "creation_timestamp": obj.metadata.creation_timestamp or _parse_time(created),
-            }
-        )
-        obj = obj.model_copy(update={"metadata": meta})
-        submission.objects.append(obj)
-        (members.pod_groups if isinstance(obj, PodGroup) else members.pods).append(obj.metadata.name)
-    linked = {p.obj.metadata.annotations.get(POD_GROUP_NAME_ANNOTATION) for p in pods}
-    for group in sorted(n for n in linked if n and n not in members.pod_groups):
-        if view.get("PodGroup", request.namespace, group) is None:
-            raise _invalid(
-                at, f"pods name PodGroup {group!r}, which neither the documents nor the cluster have"
-            )
-    return submission
-
-
-def _namespaced(document: SourcedObject, namespace: str, where: str) -> SourcedObject:
-    data = document.data
-    if not isinstance(data, dict):
-        raise _invalid(where, "expected a Kubernetes object (a mapping)")
-    kind = str(data.get("kind") or "")
-    if kind in MODEL_KINDS and kind not in NAMESPACED_MODEL_KINDS and kind != "Namespace":
-        raise _invalid(
-            f"{where}.kind",
-            f"{kind} is a cluster object; only workloads, pods and PodGroups can be submitted",
-        )
-    data = dict(data)
-    meta = dict(data.get("metadata") or {})
-    given = meta.get("namespace")
-    if given and given != namespace:
-        raise _invalid(
-            f"{where}.metadata.namespace", f"{given!r} differs from the request's namespace {namespace!r}"
-        )
-    if kind != "Namespace":
-        meta["namespace"] = namespace
-    data["metadata"] = meta
-    return SourcedObject(where, document.line, data)
-
-
-def _sourced(obj: ApiObject) -> SourcedObject:
-    return SourcedObject("<cluster>", 0, obj.model_dump(mode="json", by_alias=True, exclude_none=True))
-
-
-def _parse_time(text: str) -> Any:
-    from datetime import datetime
-
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        raise invalid(f"{at}.template", str(error.errors()[0]["msg"])) from None
 
 
 # ---------------------------------------------------------------------------------- final check
@@ -612,7 +414,7 @@ def _check_converts(submission: Submission, view: BackendView, at: str) -> None:
         where = (
             f"{at} ({problem.kind} {problem.name}: {format_path((problem.field,)) if problem.field else ''})"
         )
-        raise _invalid(where, problem.message)
+        raise invalid(where, problem.message)
 
 
 class _JobContextMemo:
