@@ -22,7 +22,8 @@ import itertools
 from kai_ray.engine.gang import tasks_to_allocate
 from kai_ray.engine.jobs import Job
 from kai_ray.engine.plugins.base import OrderKey
-from kai_ray.engine.session import FairnessFloats, Session
+from kai_ray.engine.requests import FairnessFloats
+from kai_ray.engine.session import Session
 
 HeapEntry = tuple[OrderKey, int, Job]
 Best = tuple[int, Job, FairnessFloats]

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from kai_ray.engine.node_finder import ShapeKey
     from kai_ray.engine.plan import TaskState
     from kai_ray.engine.queues import Charge
-    from kai_ray.engine.session import FairnessFloats
+    from kai_ray.engine.requests import FairnessFloats
 
 
 UNGATED_ALIVE = ALIVE - {TaskStatus.GATED}
@@ -306,9 +306,9 @@ class SpecFacts:
         self.shape_key: ShapeKey | None = None
         """`node_finder.shape_key` of the spec, once a node finder asked (`key_of`)."""
         self.queue_charge: Charge | None = None
-        """`session.whole_gpu_charge` of a spec that shares no GPU, once a placement charged it."""
+        """`requests.whole_gpu_charge` of a spec that shares no GPU, once a placement charged it."""
         self.lone_request: FairnessFloats | None = None
-        """`session.lone_request_floats` of a spec that shares no GPU, once a job queue asked."""
+        """`requests.lone_request_floats` of a spec that shares no GPU, once a job queue asked."""
 
 
 spec_facts = IdentityCache(SpecFacts)

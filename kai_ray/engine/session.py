@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -25,30 +24,35 @@ from kai_ray.engine.node_finder import NodeFinder, ShapeKey
 from kai_ray.engine.nodes import NodeState
 from kai_ray.engine.part_basis import PartBasis
 from kai_ray.engine.plugins.base import OrderKey, Plugin
+from kai_ray.engine.plugins.hooks import HookLists
 from kai_ray.engine.plugins.registry import plugin_class
 from kai_ray.engine.queues import Charge, QueueBook
 from kai_ray.engine.reasons import EvictionReason, NodeRefusal, PendingReason, StaleMark, main_cause
+from kai_ray.engine.requests import (
+    REQUEST_BYTES,
+    FairnessFloats,
+    cluster_fairness_totals,
+    gpu_memory_bounds,
+    lone_request,
+    lone_request_floats,
+    summed_request,
+    whole_gpu_charge,
+)
 from kai_ray.engine.statement import Placement
 from kai_ray.fairshare.usage import QueueUsage
-from kai_ray.identity_cache import IdentityCache
 from kai_ray.model.objects import (
     ALLOCATED,
     PENDING,
     PIPELINED,
     QUEUE_CHARGING,
     RELEASING,
-    TaskSpec,
     TaskStatus,
 )
-from kai_ray.model.resources import CPU, GPU, MEMORY
-from kai_ray.model.snapshot import NodeTable, Snapshot
+from kai_ray.model.resources import GPU
+from kai_ray.model.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
-DEFAULT_GPU_MEMORY_MIB = 100.0
-
-FairnessFloats = tuple[Charge, bytes]
-"""A fairness request's floats (cpu, memory, GPUs) and the bytes of its array."""
 
 _JOB_ORDER_SIGNATURES: dict[object, object] = {}
 """Each signature of job-ordering plugins seen, itself (`Session._job_order_signature`): a few
@@ -317,7 +321,7 @@ class Session:
             request = lone_request.of(tasks[0].spec)
             if request is not None:
                 return request
-        return np.array(_summed_request(tasks, gpu_memory))
+        return np.array(summed_request(tasks, gpu_memory))
 
     def fairness_request_floats(self, tasks: Sequence[Task], gpu_memory: float) -> FairnessFloats:
         """`fairness_request` as floats with its array's bytes, without the array: what queue
@@ -332,8 +336,8 @@ class Session:
                 request = facts.lone_request = lone_request_floats(tasks[0].spec)
             if request is not None:
                 return request
-        floats = _summed_request(tasks, gpu_memory)
-        return floats, _REQUEST_BYTES.pack(*floats)
+        floats = summed_request(tasks, gpu_memory)
+        return floats, REQUEST_BYTES.pack(*floats)
 
     def free_gpus(self) -> np.ndarray:
         """Whole GPUs per node that are idle or on their way to being idle."""
@@ -567,113 +571,3 @@ class Session:
             yield
         finally:
             self.simulating = previous
-
-
-_HOOK_POSITIONS: dict[tuple[tuple[type[Plugin], ...], str], list[int]] = {}
-"""(The plugins' classes in order, a hook) → positions of the plugins whose class overrides it.
-Which class overrides a hook does not change, and every session of a configuration asks it of
-the same classes for each hook it reads (asking each class was about 1% of a small cycle)."""
-
-
-class HookLists(dict[str, list[Plugin]]):
-    """`Session.plugins_with` by hook, each list made on its first reading (after the plugins are
-    built) and kept for the session: which class overrides a hook does not change."""
-
-    def __init__(self, session: Session) -> None:
-        super().__init__()
-        self.session = session
-        self._classes: tuple[type[Plugin], ...] | None = None
-
-    def __missing__(self, hook: str) -> list[Plugin]:
-        plugins = self.session.plugins
-        if self._classes is None:
-            self._classes = tuple(map(type, plugins))
-        key = (self._classes, hook)
-        positions = _HOOK_POSITIONS.get(key)
-        if positions is None:
-            default = getattr(Plugin, hook)
-            positions = [i for i, cls in enumerate(self._classes) if getattr(cls, hook) is not default]
-            _HOOK_POSITIONS[key] = positions
-        found = [plugins[i] for i in positions]
-        self[hook] = found
-        return found
-
-
-def whole_gpu_charge(spec: TaskSpec) -> Charge:
-    """`Session.placed_charge` of a pod that shares no GPU, the same on every row (its accepted
-    GPUs are its whole ones): a tuple, as sessions share it. Made once per pod spec and kept with
-    its facts (`SpecFacts.queue_charge`): a scheduler's specs outlive its cycles
-    (`convert.live`), and a new tuple per placed pod was most of a charge."""
-    return float(spec.cpu_millis), float(spec.memory), float(spec.accepted_gpus(DEFAULT_GPU_MEMORY_MIB))
-
-
-def _lone_request(spec: TaskSpec) -> np.ndarray | None:
-    """`Session.fairness_request` of a lone task of the spec if it shares no GPU (its accepted
-    GPUs are its whole ones on any GPU memory), None if it does: read-only, as sessions share it.
-    Made of `lone_request_floats`' floats, so the two agree float for float."""
-    known = lone_request_floats(spec)
-    if known is None:
-        return None
-    request = np.array(known[0])
-    request.flags.writeable = False
-    return request
-
-
-lone_request = IdentityCache(_lone_request)
-"""A lone task's `Session.fairness_request`, made once per pod spec: building the array was most
-of a request's cost."""
-
-
-def lone_request_floats(spec: TaskSpec) -> FairnessFloats | None:
-    """`Session.fairness_request_floats` of a lone task of the spec if it shares no GPU: the
-    floats and the bytes a float64 array of them holds, without making the array. Each sum starts
-    from 0.0 as `fairness_request`'s does, so the floats are the very ones it gives. Made once per
-    pod spec and kept with its facts (`SpecFacts.lone_request`): the job queue asks one per pod
-    placed, and `tobytes` per request and `tolist` per queue order key were most of it."""
-    if spec.is_shared_gpu:
-        return None
-    floats = (float(0.0 + spec.cpu_millis), float(0.0 + spec.memory), float(0.0 + spec.gpu))
-    return floats, _REQUEST_BYTES.pack(*floats)
-
-
-def _summed_request(tasks: Sequence[Task], gpu_memory: float) -> Charge:
-    """The tasks' fairness request summed in plain floats, in task order from 0.0: the very floats
-    a numpy running sum gives, without a numpy call per task (queue order asks this of every job
-    it weighs)."""
-    cpu = memory = gpus = 0.0
-    for task in tasks:
-        spec = task.spec
-        cpu += spec.cpu_millis
-        memory += spec.memory
-        gpus += spec.accepted_gpus(gpu_memory)
-    return cpu, memory, gpus
-
-
-_REQUEST_BYTES = struct.Struct("=3d")
-"""Three floats packed as a float64 array of them holds them: the bytes `tobytes` gives."""
-
-
-def gpu_memory_bounds(table: NodeTable) -> tuple[float, float]:
-    """The smallest and largest GPU memory of the nodes that report one (the default otherwise):
-    a pending pod's GPU-memory request counts as a share of the smallest, queue order weighs it
-    on the largest."""
-    memories = [m for m in table.gpu_memory if m > DEFAULT_GPU_MEMORY_MIB]
-    return (
-        float(min(memories, default=DEFAULT_GPU_MEMORY_MIB)),
-        float(max(memories, default=DEFAULT_GPU_MEMORY_MIB)),
-    )
-
-
-def cluster_fairness_totals(snapshot: Snapshot) -> np.ndarray:
-    """Cluster capacity queues divide (§6.1): allocatable of the ready nodes, less what other
-    schedulers' pods hold on them."""
-    table = snapshot.nodes
-    ready = table.allocatable[table.schedulable]
-    totals = np.array([ready[:, CPU].sum(), ready[:, MEMORY].sum(), ready[:, GPU].sum()])
-    for pod in snapshot.held:
-        row = table.index[pod.task.node] if pod.task.node is not None else None
-        if pod.foreign and row is not None and table.schedulable[row]:
-            task = pod.task
-            totals -= (task.cpu_millis, task.memory, task.accepted_gpus(float(table.gpu_memory[row])))
-    remaining: np.ndarray = np.maximum(totals, 0.0)
-    return remaining

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kai_ray.engine.part_basis import PartBasis
-from kai_ray.engine.session import cluster_fairness_totals, gpu_memory_bounds
+from kai_ray.engine.requests import cluster_fairness_totals, gpu_memory_bounds
 from kai_ray.model.objects import OCCUPYING, PENDING, QUEUE_CHARGING, JobSpec
 from kai_ray.model.snapshot import Snapshot
 from kai_ray.split.deal import NO_DEMAND, RELEASING, ClusterLoad, taken_gpus

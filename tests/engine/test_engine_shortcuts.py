@@ -41,7 +41,8 @@ from kai_ray.engine.plugins.proportion import ZERO_SHARE_PENALTY, ProportionPlug
 from kai_ray.engine.plugins.topology import TopologyPlugin
 from kai_ray.engine.queues import Charge, QueueBook
 from kai_ray.engine.reasons import EvictionCause, EvictionReason, PendingCause
-from kai_ray.engine.session import Session, whole_gpu_charge
+from kai_ray.engine.requests import whole_gpu_charge
+from kai_ray.engine.session import Session
 from kai_ray.engine.statement import Statement
 from kai_ray.model.objects import ALLOCATED, PIPELINED, RELEASING, UNLIMITED, TaskStatus
 from kai_ray.model.resources import EPSILON

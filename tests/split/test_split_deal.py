@@ -13,7 +13,7 @@ from random_clusters import RACK
 
 from kai_ray.engine.actions.stale_gang import is_stale
 from kai_ray.engine.cycle import open_session
-from kai_ray.engine.session import DEFAULT_GPU_MEMORY_MIB
+from kai_ray.engine.requests import DEFAULT_GPU_MEMORY_MIB
 from kai_ray.model.objects import (
     OCCUPYING,
     QUEUE_CHARGING,
