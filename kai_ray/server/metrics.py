@@ -17,12 +17,21 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kai_ray.cluster.kube.apply import ApplyResult, pod_key
 from kai_ray.cluster.kube.grouping import GroupingResult
+from kai_ray.cluster.kube.status import PodGroupRef
 from kai_ray.engine.plan import Plan
 from kai_ray.engine.queues import QueueBook
 from kai_ray.model.objects import UNLIMITED
 
-__all__ = ["LATENCY_BUCKETS_MS", "DroppedEvents", "EvictedPodGroup", "GroupingMetrics", "SchedulerMetrics"]
+__all__ = [
+    "LATENCY_BUCKETS_MS",
+    "DroppedEvents",
+    "EvictedPodGroup",
+    "GroupingMetrics",
+    "SchedulerMetrics",
+    "evicted_podgroups",
+]
 
 LATENCY_BUCKETS_MS = tuple(5.0 * 2**k for k in range(10))
 """KAI's `prometheus.ExponentialBuckets(5, 2, 10)`: 5 ms … 2560 ms."""
@@ -373,3 +382,22 @@ def _full_name(namespace: str, name: str) -> str:
 def _cores(millicores: float) -> float:
     """Millicores as cores; KAI's -1 ("unlimited") stays -1 rather than becoming -0.001."""
     return millicores if millicores == UNLIMITED else millicores / MILLICORES_PER_CORE
+
+
+def evicted_podgroups(
+    plan: Plan, applied: ApplyResult, refs: Mapping[str, PodGroupRef]
+) -> list[EvictedPodGroup]:
+    """Per PodGroup and action, the pods this cycle's evictions really took (for the eviction metrics)."""
+    done = set(applied.evicted)
+    counts: dict[tuple[str, str], int] = {}
+    for eviction in plan.evictions:
+        if pod_key(eviction) in done:
+            key = (eviction.job, eviction.reason.cause.value)
+            counts[key] = counts.get(key, 0) + 1
+    evicted = []
+    for (job, action), pods in sorted(counts.items()):
+        ref = refs.get(job)
+        namespace, _, name = job.partition("/")
+        uid, pool = (ref.uid, ref.node_pool) if ref is not None else ("", "")
+        evicted.append(EvictedPodGroup(namespace, name, uid, pool, action, pods))
+    return evicted

@@ -55,7 +55,7 @@ from kai_ray.model.objects import ClusterState
 from kai_ray.server.endpoints import Health
 from kai_ray.server.grouping_passes import GroupingPasses
 from kai_ray.server.memory import ShrinkTrimmer
-from kai_ray.server.metrics import EvictedPodGroup, SchedulerMetrics
+from kai_ray.server.metrics import SchedulerMetrics, evicted_podgroups
 from kai_ray.server.usage_source import usage_source
 
 log = logging.getLogger(__name__)
@@ -550,7 +550,7 @@ class KubeScheduler:
         )
         for outcome in [*bound.outcomes, *applied.bind_outcomes]:
             metrics.observe_bind(outcome.phase == "Succeeded", outcome.seconds)
-        metrics.observe_evictions(_evicted_podgroups(plan, applied, refs))
+        metrics.observe_evictions(evicted_podgroups(plan, applied, refs))
         metrics.observe_blocked_evictions(len(applied.blocked))
         if isinstance(self.executor, CountsShardFaults):
             metrics.observe_shard_faults(self.executor.faults)
@@ -568,24 +568,6 @@ def _blocked_reasons(blocked: Iterable[BlockedEviction]) -> dict[str, PendingRea
         job: PendingReason(PendingCause.EVICTION_BLOCKED, "; ".join(sorted(set(messages))))
         for job, messages in by_job.items()
     }
-
-
-def _evicted_podgroups(
-    plan: Plan, applied: ApplyResult, refs: Mapping[str, PodGroupRef]
-) -> list[EvictedPodGroup]:
-    done = set(applied.evicted)
-    counts: dict[tuple[str, str], int] = {}
-    for eviction in plan.evictions:
-        if pod_key(eviction) in done:
-            key = (eviction.job, eviction.reason.cause.value)
-            counts[key] = counts.get(key, 0) + 1
-    evicted = []
-    for (job, action), pods in sorted(counts.items()):
-        ref = refs.get(job)
-        namespace, _, name = job.partition("/")
-        uid, pool = (ref.uid, ref.node_pool) if ref is not None else ("", "")
-        evicted.append(EvictedPodGroup(namespace, name, uid, pool, action, pods))
-    return evicted
 
 
 class _PhaseClock:

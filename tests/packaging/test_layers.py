@@ -128,3 +128,18 @@ def test_the_cycle_finder_finds_a_planted_circle() -> None:
         graph.add_import(importer=importer, imported=imported)
     assert cycles(graph, {"a.w", "a.x", "a.y", "a.z"}) == [["a.x", "a.y", "a.z"]]
     assert cycles(graph, {"a.w", "a.x", "a.y"}) == []
+
+
+MAX_MODULE_LINES = 600
+"""Over this a module holds two rooms (docs/architecture.md): split it."""
+
+
+def test_no_module_is_over_six_hundred_lines() -> None:
+    sources = [*(ROOT / "kai_ray").rglob("*.py"), *(ROOT / "operators").rglob("*.py")]
+    generated = ROOT / "kai_ray" / "v1"
+    long = {
+        str(path.relative_to(ROOT)): count
+        for path in sources
+        if generated not in path.parents and (count := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
