@@ -18,3 +18,13 @@ def test_the_old_client_path_warns_and_gives_the_same_client() -> None:
 
     assert old.KaiRayClient is KaiRayClient
     assert old.LocalClient is LocalClient
+
+
+def test_the_old_client_path_still_has_every_name_it_had() -> None:
+    sys.modules.pop("kai_ray.client", None)
+    with pytest.warns(DeprecationWarning):
+        old = importlib.import_module("kai_ray.client")
+    for name in ("KaiRayClient", "LocalClient", "RemoteError", "SchedulerClient", "WorkloadFollower"):
+        assert hasattr(old, name), name
+    for name in ("parse_id", "request_from_dict", "submit_manifests", "workload_spec_from_yaml"):
+        assert hasattr(old, name), name
