@@ -13,13 +13,13 @@ import typer
 from kai_ray.api.config import SchedulerConfig
 from kai_ray.api.constants import NODE_POOL_LABEL
 from kai_ray.api.scheduler_conf import SchedulerConfigError, load_scheduler_config
+from kai_ray.cli.app import fail
 from kai_ray.cluster.kube.bind_mode import BindMode
 from kai_ray.distributed.executor import Executor
 
 if TYPE_CHECKING:
     from kai_ray.cluster.kube.grouping import PodGrouper
     from kai_ray.cluster.kube.leader import LeaseTiming
-from kai_ray.cli.app import fail
 
 
 class ExecutorName(enum.StrEnum):

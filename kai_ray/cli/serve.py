@@ -8,10 +8,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kai_ray.api.constants import NODE_POOL_LABEL, QUEUE_LABEL
-from kai_ray.cluster.kube.bind_mode import BindMode
-
-if TYPE_CHECKING:
-    from kai_ray.server.api_serve import GrpcOptions
 from kai_ray.cli.app import fail
 from kai_ray.cli.options import (
     BindModeOption,
@@ -34,6 +30,10 @@ from kai_ray.cli.options import (
     grouper_factory,
     lease_timing,
 )
+from kai_ray.cluster.kube.bind_mode import BindMode
+
+if TYPE_CHECKING:
+    from kai_ray.server.api_serve import GrpcOptions
 
 
 def serve(

@@ -141,18 +141,17 @@ def _no_node_fits(session: Session, task: Task, node_mask: np.ndarray | None) ->
         return PendingReason(PendingCause.NO_ROOM, f"pod {task.name}: no node fits")
     constraints = session.pod_constraints
     verdict = None if constraints is None else constraints.verdict(task)
-    alike = node_mask is None and verdict is None
-    if alike:
-        known = session.no_fit_explanations.get(session.node_finder.key_of(task))
-        if known is not None and known[0] == len(session.nodes.changed_rows):
-            return PendingReason(PendingCause.NO_ROOM, f"pod {task.name}: {known[1]}", known[2])
+    shape = session.node_finder.key_of(task) if node_mask is None and verdict is None else None
+    stamp = len(session.nodes.changed_rows)
+    known = None if shape is None else session.no_fit_explanations.get(shape)
+    if known is not None and known[0] == stamp:
+        return PendingReason(PendingCause.NO_ROOM, f"pod {task.name}: {known[1]}", known[2])
     rules = [] if constraints is None or verdict is None else constraints.refusals(task)
     why_not = "; ".join(_why_no_node_fits(session, task, node_mask, verdict, rules))
     explanation = f"0 of {len(session.nodes.table)} nodes fit ({why_not})"
     refusals = tuple(node_refusals(session, task, rules))
-    if alike:
-        stamp = len(session.nodes.changed_rows)
-        session.no_fit_explanations[session.node_finder.key_of(task)] = (stamp, explanation, refusals)
+    if shape is not None:
+        session.no_fit_explanations[shape] = (stamp, explanation, refusals)
     return PendingReason(PendingCause.NO_ROOM, f"pod {task.name}: {explanation}", refusals)
 
 

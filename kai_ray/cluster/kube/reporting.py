@@ -67,9 +67,9 @@ OWN_REASONS: Final = frozenset({INVALID_OBJECT, QUEUE_DOES_NOT_EXIST})
 REPORTED_KINDS: Final = frozenset({"Pod", "PodGroup", "Queue"})
 
 _Key = tuple[str, str, str, str, str]
+"""(kind, namespace, name, uid, message)."""
 _Named = tuple[str, str]
 """(namespace, name) of a PodGroup."""
-"""(kind, namespace, name, uid, message)."""
 
 
 def object_ref(obj: dict[str, Any]) -> ObjectRef:
@@ -106,10 +106,10 @@ class ProblemReporter:
         self._conditions: dict[tuple[str, str], str] = {}
         self._carried = DerivedTable("PodGroup", _carried)
         """PodGroups as the cache holds them, with what each carries of this reporter's."""
-        self._flagged: set[tuple[str, str]] = set()
+        self._flagged: set[_Named] = set()
         """(namespace, name) of the PodGroups that carry a scheduling condition of ours: what
         `_clear_fixed` looks at."""
-        self._warned: set[tuple[str, str]] = set()
+        self._warned: set[_Named] = set()
         """Those that carry a warning condition of ours."""
         self._warnings = WarningConditions(self._custom)
         self._core = client.CoreV1Api(api)
